@@ -1,0 +1,24 @@
+// Package api is onceledger's HTTP surface: the routes (routes.go), the handlers, the Stripe webhook,
+// and the JSON shapes on the wire. Handlers reach the database only through package db.
+package api
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/config"
+)
+
+// Deps is what the handlers need; the binary builds it once.
+type Deps struct {
+	Pool   *pgxpool.Pool
+	Log    *slog.Logger
+	Config config.Config
+}
+
+// NewHandler returns the whole HTTP surface.
+func NewHandler(d Deps) http.Handler {
+	return routes(d)
+}

@@ -1,0 +1,87 @@
+package api
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/onceledger/onceledger/db"
+)
+
+// errorBody is every error on the wire: {"ok":false,"error":{"code":"snake_case","message":"…"}}.
+type errorBody struct {
+	OK    bool      `json:"ok"`
+	Error errorInfo `json:"error"`
+}
+
+type errorInfo struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error is an error that already knows its HTTP status and code: bad input, mostly.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// badRequest is a 400 whose code names what was wrong (e.g. "invalid_amount").
+func badRequest(code, message string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: code, Message: message}
+}
+
+// errorTable is the one mapping from a domain error to its HTTP status and code. Errors not listed
+// are unexpected: 500, logged with their detail, answered without it.
+var errorTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{db.ErrNotFound, http.StatusNotFound, "not_found"},
+	{db.ErrAccountNotFound, http.StatusNotFound, "account_not_found"},
+	{db.ErrDedupeConflict, http.StatusConflict, "idempotency_conflict"},
+	{db.ErrInsufficientBalance, http.StatusConflict, "insufficient_balance"},
+	{db.ErrCurrencyMismatch, http.StatusConflict, "currency_mismatch"},
+	{db.ErrInvalidAmount, http.StatusBadRequest, "invalid_amount"},
+	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
+}
+
+// writeError answers err with its status and code from errorTable.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		writeJSON(w, apiErr.Status, errorBody{Error: errorInfo{Code: apiErr.Code, Message: apiErr.Message}})
+		return
+	}
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			if e.status >= 500 {
+				log.WarnContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			}
+			writeJSON(w, e.status, errorBody{Error: errorInfo{Code: e.code, Message: e.err.Error()}})
+			return
+		}
+	}
+	if db.IsTransient(err) {
+		log.WarnContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorInfo{Code: "unavailable", Message: "database temporarily unavailable"}})
+		return
+	}
+	log.ErrorContext(r.Context(), "unexpected error", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeJSON(w, http.StatusInternalServerError, errorBody{Error: errorInfo{Code: "internal", Message: "internal error"}})
+}
+
+func handleNotFound() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: errorInfo{Code: "route_not_found", Message: "no such route"}})
+	})
+}
+
+func handleMethodNotAllowed() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: errorInfo{Code: "method_not_allowed", Message: "method not allowed on this route"}})
+	})
+}

@@ -1,0 +1,19 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gorilla/mux"
+)
+
+// routes is the one place that lists every route.
+func routes(d Deps) http.Handler {
+	r := mux.NewRouter()
+	r.NotFoundHandler = handleNotFound()
+	r.MethodNotAllowedHandler = handleMethodNotAllowed()
+
+	r.Handle("/healthz", handleHealthz()).Methods(http.MethodGet)
+	r.Handle("/readyz", handleReadyz(d)).Methods(http.MethodGet)
+
+	return r
+}

@@ -1,0 +1,97 @@
+// Package config reads onceledger's configuration (SPEC §8) from environment variables, through an
+// injected getenv so that tests and the binary read it the same way.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything the binary can be told.
+type Config struct {
+	// DatabaseURL is empty when unset: the binary then finds or starts a local server (pglocal).
+	DatabaseURL string
+	// Addr is the listen address of serve.
+	Addr string
+	// WebhookSecrets are the Stripe endpoint secrets accepted at once (several during a rotation).
+	WebhookSecrets []string
+	// StripeSecretKey enables Stripe API calls (refund lists, Checkout Sessions, missed events).
+	StripeSecretKey string
+	// StripeAPIBase overrides Stripe's API URL (tests, stripe-mock); empty means Stripe itself.
+	StripeAPIBase string
+	// APIKeys are the bearer keys accepted on /v1; none means /v1 answers 401.
+	APIKeys []string
+	// SignupGrant is granted once per new account, in minor units; 0 disables it.
+	SignupGrant int64
+	// NotifyURL receives entry notifications after commit; empty disables them.
+	NotifyURL string
+	// NotifySecret signs notifications.
+	NotifySecret string
+	// ReconcileInterval is how often serve runs the reconciler.
+	ReconcileInterval time.Duration
+	// DataDir holds the private PostgreSQL cluster when no server answers.
+	DataDir string
+}
+
+// Load reads the configuration. Every value is checked here, so a typo fails at start, not later.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		DatabaseURL:     getenv("DATABASE_URL"),
+		Addr:            or(getenv("ADDR"), "127.0.0.1:8080"),
+		WebhookSecrets:  list(getenv("STRIPE_WEBHOOK_SECRET")),
+		StripeSecretKey: strings.TrimSpace(getenv("STRIPE_SECRET_KEY")),
+		StripeAPIBase:   strings.TrimRight(strings.TrimSpace(getenv("STRIPE_API_BASE")), "/"),
+		APIKeys:         list(getenv("ONCELEDGER_API_KEYS")),
+		NotifyURL:       strings.TrimSpace(getenv("NOTIFY_URL")),
+		NotifySecret:    getenv("NOTIFY_SECRET"),
+		DataDir:         or(getenv("ONCELEDGER_DATA_DIR"), ".data"),
+	}
+	var errs []error
+	var err error
+	if c.SignupGrant, err = strconv.ParseInt(or(getenv("SIGNUP_GRANT"), "0"), 10, 64); err != nil || c.SignupGrant < 0 {
+		errs = append(errs, fmt.Errorf("SIGNUP_GRANT must be a whole number of minor units ≥ 0, got %q", getenv("SIGNUP_GRANT")))
+	}
+	if c.ReconcileInterval, err = time.ParseDuration(or(getenv("RECONCILE_INTERVAL"), "30s")); err != nil || c.ReconcileInterval <= 0 {
+		errs = append(errs, fmt.Errorf("RECONCILE_INTERVAL must be a positive duration such as 30s, got %q", getenv("RECONCILE_INTERVAL")))
+	}
+	for _, s := range c.WebhookSecrets {
+		if !strings.HasPrefix(s, "whsec_") {
+			errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: every secret starts with whsec_"))
+			break
+		}
+	}
+	for name, raw := range map[string]string{"STRIPE_API_BASE": c.StripeAPIBase, "NOTIFY_URL": c.NotifyURL} {
+		if raw == "" {
+			continue
+		}
+		if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s must be an http(s) URL, got %q", name, raw))
+		}
+	}
+	if c.NotifyURL != "" && c.NotifySecret == "" {
+		errs = append(errs, errors.New("NOTIFY_SECRET is required with NOTIFY_URL: receivers verify the signature"))
+	}
+	return c, errors.Join(errs...)
+}
+
+func or(v, fallback string) string {
+	if v = strings.TrimSpace(v); v == "" {
+		return fallback
+	}
+	return v
+}
+
+// list splits a comma-separated value, dropping blanks.
+func list(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

@@ -1,0 +1,83 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// Account is one account with its cached balance.
+type Account struct {
+	ID        string
+	Currency  string
+	Balance   int64
+	CreatedAt time.Time
+}
+
+// GrantKey is the dedupe key of an account's signup grant: once per account, ever.
+func GrantKey(accountID string) string { return "grant:" + accountID }
+
+// AccountCreated is the outcome of CreateAccount.
+type AccountCreated struct {
+	Account Account
+	Created bool // this call inserted the account
+	Granted bool // this call posted the signup grant
+}
+
+// CreateAccount creates the account idempotently and, when grant > 0 and this call created it, posts
+// the signup grant under GrantKey in the same transaction. Concurrent or repeated calls collapse to one
+// account and one grant: the primary key decides which call creates, and the grant's key guards the
+// grant itself. An existing account with another currency is ErrCurrencyMismatch.
+func CreateAccount(ctx context.Context, b Beginner, id, currency string, grant int64) (AccountCreated, error) {
+	var out AccountCreated
+	err := InTx(ctx, b, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		row, err := q.AccountInsert(ctx, dbsqlc.AccountInsertParams{ID: id, Currency: currency})
+		if isNoRows(err) {
+			existing, err := GetAccount(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			out = AccountCreated{Account: existing}
+			if existing.Currency != currency {
+				return fmt.Errorf("%w: %s is %s, asked for %s", ErrCurrencyMismatch, id, existing.Currency, currency)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("create account %s: %w", id, mapError(err))
+		}
+		out = AccountCreated{Account: Account(row), Created: true}
+		if grant <= 0 {
+			return nil
+		}
+		posted, err := Post(ctx, tx, Posting{
+			AccountID: id, Kind: KindGrant, Amount: grant, Description: "signup grant", DedupeKey: GrantKey(id),
+		})
+		if err != nil {
+			return err
+		}
+		out.Granted = posted.Posted
+		if posted.Posted {
+			out.Account.Balance = posted.Balance
+		}
+		return nil
+	})
+	return out, err
+}
+
+// GetAccount returns the account, or ErrNotFound.
+func GetAccount(ctx context.Context, q dbsqlc.DBTX, id string) (Account, error) {
+	row, err := dbsqlc.New(q).AccountGet(ctx, id)
+	if isNoRows(err) {
+		return Account{}, fmt.Errorf("account %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Account{}, fmt.Errorf("get account %s: %w", id, mapError(err))
+	}
+	return Account(row), nil
+}

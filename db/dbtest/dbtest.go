@@ -1,0 +1,135 @@
+// Package dbtest gives each test a database of its own: cloned from a template migrated with the
+// embedded migrations, so tests can commit, race and run in parallel. The server is TEST_DATABASE_URL
+// when set, else the one pglocal finds or starts; when none can be had the test fails, never skips.
+package dbtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterldowns/pgtestdb"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/pglocal"
+	"github.com/onceledger/onceledger/sql/migrations"
+)
+
+// New returns a pool on a fresh, fully migrated database, closed when the test ends and dropped when
+// it passed (kept for inspection when it failed; its URL is logged).
+func New(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := db.Open(context.Background(), URL(t))
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// URL returns the URL of a fresh, fully migrated database, for tests that run the binary itself.
+func URL(t testing.TB) string {
+	t.Helper()
+	return pgtestdb.Custom(t, serverConfig(t), migrator{}).URL()
+}
+
+var (
+	serverOnce sync.Once
+	server     pgtestdb.Config
+	serverErr  error
+)
+
+func serverConfig(t testing.TB) pgtestdb.Config {
+	t.Helper()
+	serverOnce.Do(func() { server, serverErr = findServer() })
+	if serverErr != nil {
+		t.Fatalf("dbtest: no PostgreSQL for tests: %v", serverErr)
+	}
+	return server
+}
+
+func findServer() (pgtestdb.Config, error) {
+	serverURL := os.Getenv("TEST_DATABASE_URL")
+	if serverURL == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return pgtestdb.Config{}, err
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		serverURL, err = pglocal.Server(context.Background(), filepath.Join(root, ".data"), log)
+		if err != nil {
+			return pgtestdb.Config{}, err
+		}
+	}
+	cfg, err := pgx.ParseConfig(serverURL)
+	if err != nil {
+		return pgtestdb.Config{}, err
+	}
+	return pgtestdb.Config{
+		DriverName: "pgx",
+		Host:       cfg.Host,
+		Port:       strconv.Itoa(int(cfg.Port)),
+		User:       cfg.User,
+		Password:   cfg.Password,
+		Database:   cfg.Database,
+		Options:    "sslmode=disable",
+		// Fault tests kill connections and servers on purpose; leftovers must not fail the drop.
+		ForceTerminateConnections: true,
+	}, nil
+}
+
+// moduleRoot is the folder holding go.mod, where the private cluster's .data folder lives.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", os.ErrNotExist
+		}
+		dir = parent
+	}
+}
+
+// migrator builds the template with the same embedded migrations the binary runs.
+type migrator struct{}
+
+// Hash names the template after the migrations' contents, so a changed migration builds a new one.
+func (migrator) Hash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := fs.ReadFile(migrations.FS, path)
+		h.Write([]byte(path))
+		h.Write(body)
+		return err
+	})
+	return hex.EncodeToString(h.Sum(nil))[:16], err
+}
+
+func (migrator) Migrate(_ context.Context, _ *sql.DB, conf pgtestdb.Config) error {
+	ms, err := db.OpenMigrations(conf.URL())
+	if err != nil {
+		return err
+	}
+	// Closed before returning: an open connection would stop the template from being cloned.
+	defer ms.Close()
+	return ms.Up()
+}

@@ -1,0 +1,171 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// Entry kinds, as ledger_kind_sign_check knows them.
+const (
+	KindTopup         = "topup"
+	KindGrant         = "grant"
+	KindUsage         = "usage"
+	KindRefund        = "refund"
+	KindRefundRestore = "refund_restore"
+	KindDispute       = "dispute"
+	KindDisputeWon    = "dispute_won"
+	KindAdjustment    = "adjustment"
+)
+
+// Entry is one ledger row.
+type Entry struct {
+	ID            int64
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     string // empty: none
+	PaymentIntent string // empty: none
+	CreatedAt     time.Time
+}
+
+// Posting asks for one entry. DedupeKey names the effect: with it, the entry is posted at most once.
+type Posting struct {
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     string
+	PaymentIntent string
+	// NoOverdraw refuses the posting (ErrInsufficientBalance) when it would take the balance below
+	// zero, as for operator adjustments. Reversals and usage may take a balance negative.
+	NoOverdraw bool
+}
+
+// Posted is the outcome of Post.
+type Posted struct {
+	// Entry is the new entry, or on a replay the one posted earlier under the same key.
+	Entry Entry
+	// Posted is true when this call inserted the entry; false on an exact replay.
+	Posted bool
+	// Balance is the account's cached balance after this call's entry (zero on a replay).
+	Balance int64
+}
+
+// Post appends an entry and moves the cached balance, both in tx; it must run inside a transaction
+// (InTx) so that the two never diverge.
+//
+// The dedupe key is enforced by ledger_dedupe_idx, not by a read first: the insert does nothing when
+// the key exists, and then
+//   - the same account, kind and amount is an exact replay: Posted=false with a nil error;
+//   - anything else is ErrDedupeConflict, and nothing was written.
+//
+// Other errors: ErrAccountNotFound, ErrInsufficientBalance (NoOverdraw), ErrInvalidAmount. After an
+// error the caller must roll back: the entry may have been inserted before the balance was refused.
+func Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) {
+	q := dbsqlc.New(tx)
+	inserted, err := q.LedgerEntryInsert(ctx, dbsqlc.LedgerEntryInsertParams{
+		AccountID:     p.AccountID,
+		Kind:          p.Kind,
+		Amount:        p.Amount,
+		Description:   p.Description,
+		DedupeKey:     nullable(p.DedupeKey),
+		PaymentIntent: nullable(p.PaymentIntent),
+	})
+	if isNoRows(err) {
+		return replayOf(ctx, q, p)
+	}
+	if err != nil {
+		return Posted{}, fmt.Errorf("insert %s entry for %s: %w", p.Kind, p.AccountID, mapError(err))
+	}
+
+	balance, err := addToBalance(ctx, q, p)
+	if err != nil {
+		return Posted{}, err
+	}
+	entry := Entry{
+		ID: inserted.ID, AccountID: p.AccountID, Kind: p.Kind, Amount: p.Amount, Description: p.Description,
+		DedupeKey: p.DedupeKey, PaymentIntent: p.PaymentIntent, CreatedAt: inserted.CreatedAt,
+	}
+	return Posted{Entry: entry, Posted: true, Balance: balance}, nil
+}
+
+func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, error) {
+	var (
+		balance int64
+		err     error
+	)
+	if p.NoOverdraw {
+		balance, err = q.AccountBalanceAddNoOverdraw(ctx, dbsqlc.AccountBalanceAddNoOverdrawParams{ID: p.AccountID, Amount: p.Amount})
+		if isNoRows(err) {
+			// The entry's foreign key already proved the account exists: the condition refused it.
+			return 0, fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)
+		}
+	} else {
+		balance, err = q.AccountBalanceAdd(ctx, dbsqlc.AccountBalanceAddParams{ID: p.AccountID, Amount: p.Amount})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update balance of %s: %w", p.AccountID, mapError(err))
+	}
+	return balance, nil
+}
+
+// replayOf tells an exact replay from a key reused with other parameters.
+func replayOf(ctx context.Context, q *dbsqlc.Queries, p Posting) (Posted, error) {
+	row, err := q.LedgerEntryGetByDedupeKey(ctx, p.DedupeKey)
+	if err != nil {
+		return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, mapError(err))
+	}
+	prior := entryFromRow(row)
+	if prior.AccountID != p.AccountID || prior.Kind != p.Kind || prior.Amount != p.Amount {
+		return Posted{Entry: prior}, fmt.Errorf("%w: key %q holds %s %d on %s, asked for %s %d on %s",
+			ErrDedupeConflict, p.DedupeKey, prior.Kind, prior.Amount, prior.AccountID, p.Kind, p.Amount, p.AccountID)
+	}
+	return Posted{Entry: prior, Posted: false}, nil
+}
+
+func entryFromRow(r dbsqlc.LedgerEntry) Entry {
+	return Entry{
+		ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
+		DedupeKey: deref(r.DedupeKey), PaymentIntent: deref(r.PaymentIntent), CreatedAt: r.CreatedAt,
+	}
+}
+
+// Entries returns an account's entries newest first, at most limit of them, older than beforeID when
+// it is non-zero (keyset pagination).
+func Entries(ctx context.Context, q dbsqlc.DBTX, accountID string, beforeID int64, limit int32) ([]Entry, error) {
+	var before *int64
+	if beforeID > 0 {
+		before = &beforeID
+	}
+	rows, err := dbsqlc.New(q).LedgerEntriesByAccount(ctx, dbsqlc.LedgerEntriesByAccountParams{
+		AccountID: accountID, BeforeID: before, MaxRows: limit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list entries of %s: %w", accountID, mapError(err))
+	}
+	entries := make([]Entry, len(rows))
+	for i, r := range rows {
+		entries[i] = entryFromRow(r)
+	}
+	return entries, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,342 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+)
+
+func post(t *testing.T, pool *pgxpool.Pool, p db.Posting) (db.Posted, error) {
+	t.Helper()
+	var out db.Posted
+	err := db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = db.Post(context.Background(), tx, p)
+		return err
+	})
+	return out, err
+}
+
+func createAccount(t *testing.T, pool *pgxpool.Pool, id string) {
+	t.Helper()
+	if _, err := db.CreateAccount(context.Background(), pool, id, "usd", 0); err != nil {
+		t.Fatalf("create account %s: %v", id, err)
+	}
+}
+
+func balance(t *testing.T, pool *pgxpool.Pool, id string) int64 {
+	t.Helper()
+	acct, err := db.GetAccount(context.Background(), pool, id)
+	if err != nil {
+		t.Fatalf("get account %s: %v", id, err)
+	}
+	return acct.Balance
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func TestPostSameKeyConcurrentlyPostsOnce(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct_race")
+
+	const n = 64
+	var (
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+		mu       sync.Mutex
+		posted   int
+		replayed int
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out, err := post(t, pool, db.Posting{AccountID: "acct_race", Kind: db.KindTopup, Amount: 1000, DedupeKey: "stripe:evt_race"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("post: %v", err)
+			case out.Posted:
+				posted++
+			default:
+				replayed++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	if posted != 1 || replayed != n-1 {
+		t.Fatalf("posted %d, replayed %d; want 1 and %d", posted, replayed, n-1)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE dedupe_key = 'stripe:evt_race'`); got != 1 {
+		t.Fatalf("ledger rows = %d, want 1", got)
+	}
+	if got := balance(t, pool, "acct_race"); got != 1000 {
+		t.Fatalf("balance = %d, want 1000", got)
+	}
+}
+
+func TestPostReplayAndConflict(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct_a")
+	createAccount(t, pool, "acct_b")
+
+	first := db.Posting{AccountID: "acct_a", Kind: db.KindTopup, Amount: 500, DedupeKey: "stripe:evt_1"}
+	out, err := post(t, pool, first)
+	if err != nil || !out.Posted || out.Balance != 500 {
+		t.Fatalf("first post = %+v, %v; want posted with balance 500", out, err)
+	}
+
+	replay, err := post(t, pool, first)
+	if err != nil || replay.Posted {
+		t.Fatalf("replay = %+v, %v; want posted=false, nil", replay, err)
+	}
+	if replay.Entry.ID != out.Entry.ID {
+		t.Fatalf("replay returned entry %d, want the original %d", replay.Entry.ID, out.Entry.ID)
+	}
+
+	conflicts := map[string]db.Posting{
+		"amount":  {AccountID: "acct_a", Kind: db.KindTopup, Amount: 501, DedupeKey: "stripe:evt_1"},
+		"account": {AccountID: "acct_b", Kind: db.KindTopup, Amount: 500, DedupeKey: "stripe:evt_1"},
+		"kind":    {AccountID: "acct_a", Kind: db.KindGrant, Amount: 500, DedupeKey: "stripe:evt_1"},
+	}
+	for name, p := range conflicts {
+		if _, err := post(t, pool, p); !errors.Is(err, db.ErrDedupeConflict) {
+			t.Errorf("%s differs: err = %v, want ErrDedupeConflict", name, err)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger`); got != 1 {
+		t.Fatalf("ledger rows = %d, want 1: a conflict must write nothing", got)
+	}
+	if a, b := balance(t, pool, "acct_a"), balance(t, pool, "acct_b"); a != 500 || b != 0 {
+		t.Fatalf("balances = %d, %d; want 500, 0", a, b)
+	}
+}
+
+func TestPostUnknownAccount(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	_, err := post(t, pool, db.Posting{AccountID: "nobody", Kind: db.KindTopup, Amount: 1, DedupeKey: "k"})
+	if !errors.Is(err, db.ErrAccountNotFound) {
+		t.Fatalf("err = %v, want ErrAccountNotFound", err)
+	}
+}
+
+// The database itself, not Go, refuses a wrong sign and any change to an entry.
+func TestSchemaRefusesWhatGoNeverSends(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	createAccount(t, pool, "acct_raw")
+	if _, err := post(t, pool, db.Posting{AccountID: "acct_raw", Kind: db.KindTopup, Amount: 100, DedupeKey: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	wrongSigns := []struct {
+		kind   string
+		amount int64
+	}{
+		{"topup", -1}, {"grant", 0}, {"refund_restore", -5}, {"dispute_won", -5},
+		{"usage", 1}, {"refund", 5}, {"dispute", 5}, {"adjustment", 0}, {"bonus", 5},
+	}
+	for _, c := range wrongSigns {
+		_, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount) VALUES ('acct_raw', $1, $2)`, c.kind, c.amount)
+		if err == nil {
+			t.Errorf("raw insert of %s %d was accepted", c.kind, c.amount)
+		}
+	}
+	rightSigns := []struct {
+		kind   string
+		amount int64
+	}{
+		{"topup", 1}, {"grant", 1}, {"refund_restore", 1}, {"dispute_won", 1},
+		{"usage", -1}, {"refund", -1}, {"dispute", -1}, {"adjustment", 1}, {"adjustment", -1},
+	}
+	for _, c := range rightSigns {
+		if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount) VALUES ('acct_raw', $1, $2)`, c.kind, c.amount); err != nil {
+			t.Errorf("raw insert of %s %d refused: %v", c.kind, c.amount, err)
+		}
+	}
+
+	for _, stmt := range []string{
+		`UPDATE ledger SET amount = 1000000 WHERE dedupe_key = 'k1'`,
+		`DELETE FROM ledger WHERE dedupe_key = 'k1'`,
+		`TRUNCATE ledger`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err == nil {
+			t.Errorf("%s was accepted", stmt)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE dedupe_key = 'k1' AND amount = 100`); got != 1 {
+		t.Fatalf("entry k1 changed or vanished")
+	}
+}
+
+func TestCreateAccountConcurrentlyGrantsOnce(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+
+	const n = 20
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		created int
+		granted int
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out, err := db.CreateAccount(context.Background(), pool, "acct_signup", "eur", 250)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("create: %v", err)
+				return
+			}
+			if out.Created {
+				created++
+			}
+			if out.Granted {
+				granted++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	if created != 1 || granted != 1 {
+		t.Fatalf("created %d, granted %d; want 1 and 1", created, granted)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE account_id = 'acct_signup' AND kind = 'grant'`); got != 1 {
+		t.Fatalf("grant entries = %d, want 1", got)
+	}
+	if got := balance(t, pool, "acct_signup"); got != 250 {
+		t.Fatalf("balance = %d, want 250", got)
+	}
+	if _, err := db.CreateAccount(context.Background(), pool, "acct_signup", "usd", 250); !errors.Is(err, db.ErrCurrencyMismatch) {
+		t.Fatalf("other currency: err = %v, want ErrCurrencyMismatch", err)
+	}
+}
+
+func TestNoOverdrawRefusesBelowZero(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct_low")
+	if _, err := post(t, pool, db.Posting{AccountID: "acct_low", Kind: db.KindAdjustment, Amount: 100, DedupeKey: "api:acct_low:1", NoOverdraw: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := post(t, pool, db.Posting{AccountID: "acct_low", Kind: db.KindAdjustment, Amount: -101, DedupeKey: "api:acct_low:2", NoOverdraw: true})
+	if !errors.Is(err, db.ErrInsufficientBalance) {
+		t.Fatalf("err = %v, want ErrInsufficientBalance", err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE dedupe_key = 'api:acct_low:2'`); got != 0 {
+		t.Fatalf("refused debit left %d entries", got)
+	}
+	if got := balance(t, pool, "acct_low"); got != 100 {
+		t.Fatalf("balance = %d, want 100", got)
+	}
+}
+
+func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct_hot")
+	if _, err := post(t, pool, db.Posting{AccountID: "acct_hot", Kind: db.KindAdjustment, Amount: 1000, DedupeKey: "seed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 50 // each debits 30: only 33 fit in 1000
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		posted  int
+		refused int
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := post(t, pool, db.Posting{AccountID: "acct_hot", Kind: db.KindAdjustment, Amount: -30,
+				DedupeKey: fmt.Sprintf("api:acct_hot:%d", i), NoOverdraw: true})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, db.ErrInsufficientBalance):
+				refused++
+			case err != nil:
+				t.Errorf("debit %d: %v", i, err)
+			default:
+				posted++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	if posted != 33 || refused != n-33 {
+		t.Fatalf("posted %d, refused %d; want 33 and %d", posted, refused, n-33)
+	}
+	if got := balance(t, pool, "acct_hot"); got != 1000-33*30 {
+		t.Fatalf("balance = %d, want %d", got, 1000-33*30)
+	}
+	var sum int64
+	if err := pool.QueryRow(context.Background(), `SELECT sum(amount) FROM ledger WHERE account_id = 'acct_hot'`).Scan(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum != balance(t, pool, "acct_hot") {
+		t.Fatalf("ledger sum %d differs from balance", sum)
+	}
+}
+
+func TestVerifyFindsTamperedBalance(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	createAccount(t, pool, "acct_ok")
+	createAccount(t, pool, "acct_tampered")
+	if _, err := post(t, pool, db.Posting{AccountID: "acct_tampered", Kind: db.KindTopup, Amount: 700, DedupeKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	violations, err := db.Verify(ctx, pool, timeNow(), parkedAfter)
+	if err != nil || len(violations) != 0 {
+		t.Fatalf("clean ledger: %v, %v; want no violations", violations, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = 'acct_tampered'`); err != nil {
+		t.Fatal(err)
+	}
+	violations, err = db.Verify(ctx, pool, timeNow(), parkedAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(violations) != 1 || violations[0].Check != "balance" {
+		t.Fatalf("violations = %v, want one balance violation", violations)
+	}
+	if want := "account acct_tampered: cached balance 701, ledger sum 700"; violations[0].Detail != want {
+		t.Fatalf("detail = %q, want %q", violations[0].Detail, want)
+	}
+}

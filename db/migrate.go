@@ -1,0 +1,135 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver the migrations run on
+
+	"github.com/onceledger/onceledger/sql/migrations"
+)
+
+// Migrations runs the embedded schema migrations against one database. Close it when done: an open
+// instance keeps a connection, which blocks using the database as a template.
+type Migrations struct {
+	m  *migrate.Migrate
+	db *sql.DB
+}
+
+// OpenMigrations prepares the embedded migrations for the database at databaseURL.
+func OpenMigrations(databaseURL string) (*Migrations, error) {
+	sqlDB, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database for migrations: %w", err)
+	}
+	m, err := newMigrate(sqlDB)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return &Migrations{m: m, db: sqlDB}, nil
+}
+
+func newMigrate(sqlDB *sql.DB) (*migrate.Migrate, error) {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("prepare migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		return nil, fmt.Errorf("prepare migrations: %w", err)
+	}
+	return m, nil
+}
+
+// Up applies every migration not yet applied. Already current is not an error.
+func (ms *Migrations) Up() error {
+	if err := ms.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	return nil
+}
+
+// Down reverts the last n migrations.
+func (ms *Migrations) Down(n int) error {
+	if n <= 0 {
+		return fmt.Errorf("migrate down: need a positive number of steps, got %d", n)
+	}
+	if err := ms.m.Steps(-n); err != nil {
+		return fmt.Errorf("migrate down %d: %w", n, err)
+	}
+	return nil
+}
+
+// Version is the applied version (0 when none) and whether a migration failed half-way (dirty).
+func (ms *Migrations) Version() (version uint, dirty bool, err error) {
+	version, dirty, err = ms.m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return 0, false, nil
+	}
+	return version, dirty, err
+}
+
+// Close releases the connection.
+func (ms *Migrations) Close() error {
+	srcErr, dbErr := ms.m.Close()
+	return errors.Join(srcErr, dbErr, ms.db.Close())
+}
+
+// LatestMigration is the highest version among the embedded migrations.
+func LatestMigration() (uint, error) {
+	names, err := fs.Glob(migrations.FS, "*.up.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest uint
+	for _, name := range names {
+		prefix, _, _ := strings.Cut(name, "_")
+		v, err := strconv.ParseUint(prefix, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: version is not a number", name)
+		}
+		latest = max(latest, uint(v))
+	}
+	return latest, nil
+}
+
+// ErrSchemaNotCurrent: the database's schema is older or newer than this binary's, or a migration
+// stopped half-way.
+var ErrSchemaNotCurrent = errors.New("schema is not at this binary's migration version")
+
+// CheckSchema returns nil when the database answers and its schema is exactly at LatestMigration.
+func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	latest, err := LatestMigration()
+	if err != nil {
+		return err
+	}
+	var (
+		version int64
+		dirty   bool
+	)
+	err = pool.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty)
+	if err != nil {
+		if isNoRows(err) || isUndefinedTable(err) {
+			return fmt.Errorf("%w: no migration applied, want %d", ErrSchemaNotCurrent, latest)
+		}
+		return fmt.Errorf("read schema version: %w", mapError(err))
+	}
+	if dirty || uint(version) != latest {
+		return fmt.Errorf("%w: database at %d (dirty=%t), binary at %d", ErrSchemaNotCurrent, version, dirty, latest)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+)
+
+// Every migration goes down cleanly and comes back: up, down to nothing, up again.
+func TestMigrationsRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t) // already up
+	latest, err := db.LatestMigration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := db.OpenMigrations(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+
+	if err := ms.Down(int(latest)); err != nil {
+		t.Fatalf("down %d: %v", latest, err)
+	}
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var leftovers []string
+	rows, err := pool.Query(ctx, `
+		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relname NOT LIKE 'schema_migrations%' AND c.relkind IN ('r', 'i', 'S', 'v')
+		UNION ALL
+		SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		leftovers = append(leftovers, name)
+	}
+	if len(leftovers) > 0 {
+		t.Fatalf("after migrating all the way down, left behind: %v", leftovers)
+	}
+
+	if err := ms.Up(); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if err := db.CheckSchema(ctx, pool); err != nil {
+		t.Fatalf("after up again: %v", err)
+	}
+}

@@ -1,0 +1,58 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// Violation is one broken invariant, described for an operator.
+type Violation struct {
+	Check  string // which invariant
+	Detail string // what breaks it, naming the account, key, payment or event
+}
+
+func (v Violation) String() string { return v.Check + ": " + v.Detail }
+
+// Verify checks every invariant the ledger promises (SPEC §8) and returns each violation found; an
+// empty result means the ledger is sound. parkedAfter is how long a parked event may wait unreviewed.
+func Verify(ctx context.Context, q dbsqlc.DBTX, now time.Time, parkedAfter time.Duration) ([]Violation, error) {
+	queries := dbsqlc.New(q)
+	var out []Violation
+
+	balances, err := queries.AccountBalanceMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check balances: %w", mapError(err))
+	}
+	for _, b := range balances {
+		out = append(out, Violation{"balance", fmt.Sprintf("account %s: cached balance %d, ledger sum %d", b.ID, b.Cached, b.LedgerSum)})
+	}
+
+	dupes, err := queries.LedgerDuplicateDedupeKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check dedupe keys: %w", mapError(err))
+	}
+	for _, d := range dupes {
+		out = append(out, Violation{"dedupe", fmt.Sprintf("key %q is held by %d entries", d.DedupeKey, d.Entries)})
+	}
+
+	payments, err := queries.LedgerOverReversedPayments(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check reversals: %w", mapError(err))
+	}
+	for _, p := range payments {
+		out = append(out, Violation{"reversals", fmt.Sprintf("payment %s: reversed %d of a %d credit", p.PaymentIntent, p.NetReversed, p.Credited)})
+	}
+
+	parked, err := queries.StripeEventsParkedUnreviewed(ctx, now.Add(-parkedAfter))
+	if err != nil {
+		return nil, fmt.Errorf("check parked events: %w", mapError(err))
+	}
+	for _, e := range parked {
+		out = append(out, Violation{"parked", fmt.Sprintf("event %s (%s) parked as %s since %s, not reviewed",
+			e.EventID, e.Type, e.ParkedReason, e.ReceivedAt.UTC().Format(time.RFC3339))})
+	}
+	return out, nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE topups;
+DROP TABLE stripe_events;
