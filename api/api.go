@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceledger/onceledger/config"
+	"github.com/onceledger/onceledger/db"
 )
 
 // Deps is what the handlers need; the binary builds it once.
@@ -16,6 +17,8 @@ type Deps struct {
 	Pool   *pgxpool.Pool
 	Log    *slog.Logger
 	Config config.Config
+	// Ledger posts every entry, so that its side effects (notifications) ride along.
+	Ledger db.Ledger
 }
 
 // NewHandler returns the whole HTTP surface.

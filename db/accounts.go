@@ -32,7 +32,7 @@ type AccountCreated struct {
 // the signup grant under GrantKey in the same transaction. Concurrent or repeated calls collapse to one
 // account and one grant: the primary key decides which call creates, and the grant's key guards the
 // grant itself. An existing account with another currency is ErrCurrencyMismatch.
-func CreateAccount(ctx context.Context, b Beginner, id, currency string, grant int64) (AccountCreated, error) {
+func (l Ledger) CreateAccount(ctx context.Context, b Beginner, id, currency string, grant int64) (AccountCreated, error) {
 	var out AccountCreated
 	err := InTx(ctx, b, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
@@ -55,7 +55,7 @@ func CreateAccount(ctx context.Context, b Beginner, id, currency string, grant i
 		if grant <= 0 {
 			return nil
 		}
-		posted, err := Post(ctx, tx, Posting{
+		posted, err := l.Post(ctx, tx, Posting{
 			AccountID: id, Kind: KindGrant, Amount: grant, Description: "signup grant", DedupeKey: GrantKey(id),
 		})
 		if err != nil {

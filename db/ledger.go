@@ -57,6 +57,14 @@ type Posted struct {
 	Balance int64
 }
 
+// Ledger posts entries. Its zero value posts with no side effects.
+type Ledger struct {
+	// OnPosted runs inside the posting transaction with every entry that transaction newly inserted
+	// (never on a replay), e.g. to enqueue its notification so that it commits or rolls back with the
+	// entry. An error from it rolls the posting back.
+	OnPosted func(ctx context.Context, tx pgx.Tx, posted []Posted) error
+}
+
 // Post appends an entry and moves the cached balance, both in tx; it must run inside a transaction
 // (InTx) so that the two never diverge.
 //
@@ -67,7 +75,7 @@ type Posted struct {
 //
 // Other errors: ErrAccountNotFound, ErrInsufficientBalance (NoOverdraw), ErrInvalidAmount. After an
 // error the caller must roll back: the entry may have been inserted before the balance was refused.
-func Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) {
+func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) {
 	q := dbsqlc.New(tx)
 	inserted, err := q.LedgerEntryInsert(ctx, dbsqlc.LedgerEntryInsertParams{
 		AccountID:     p.AccountID,
@@ -92,7 +100,23 @@ func Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) {
 		ID: inserted.ID, AccountID: p.AccountID, Kind: p.Kind, Amount: p.Amount, Description: p.Description,
 		DedupeKey: p.DedupeKey, PaymentIntent: p.PaymentIntent, CreatedAt: inserted.CreatedAt,
 	}
-	return Posted{Entry: entry, Posted: true, Balance: balance}, nil
+	out := Posted{Entry: entry, Posted: true, Balance: balance}
+	if err := l.Posted(ctx, tx, []Posted{out}); err != nil {
+		return Posted{}, err
+	}
+	return out, nil
+}
+
+// Posted runs OnPosted, if set, for entries newly inserted in tx. Every path that inserts entries
+// (Post, bulk billing) calls it, so that no entry escapes its side effects.
+func (l Ledger) Posted(ctx context.Context, tx pgx.Tx, posted []Posted) error {
+	if l.OnPosted == nil || len(posted) == 0 {
+		return nil
+	}
+	if err := l.OnPosted(ctx, tx, posted); err != nil {
+		return fmt.Errorf("after posting: %w", err)
+	}
+	return nil
 }
 
 func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, error) {

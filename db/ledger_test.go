@@ -19,7 +19,7 @@ func post(t *testing.T, pool *pgxpool.Pool, p db.Posting) (db.Posted, error) {
 	var out db.Posted
 	err := db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
 		var err error
-		out, err = db.Post(context.Background(), tx, p)
+		out, err = ledger.Post(context.Background(), tx, p)
 		return err
 	})
 	return out, err
@@ -27,7 +27,7 @@ func post(t *testing.T, pool *pgxpool.Pool, p db.Posting) (db.Posted, error) {
 
 func createAccount(t *testing.T, pool *pgxpool.Pool, id string) {
 	t.Helper()
-	if _, err := db.CreateAccount(context.Background(), pool, id, "usd", 0); err != nil {
+	if _, err := ledger.CreateAccount(context.Background(), pool, id, "usd", 0); err != nil {
 		t.Fatalf("create account %s: %v", id, err)
 	}
 }
@@ -209,7 +209,7 @@ func TestCreateAccountConcurrentlyGrantsOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			out, err := db.CreateAccount(context.Background(), pool, "acct_signup", "eur", 250)
+			out, err := ledger.CreateAccount(context.Background(), pool, "acct_signup", "eur", 250)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -236,7 +236,7 @@ func TestCreateAccountConcurrentlyGrantsOnce(t *testing.T) {
 	if got := balance(t, pool, "acct_signup"); got != 250 {
 		t.Fatalf("balance = %d, want 250", got)
 	}
-	if _, err := db.CreateAccount(context.Background(), pool, "acct_signup", "usd", 250); !errors.Is(err, db.ErrCurrencyMismatch) {
+	if _, err := ledger.CreateAccount(context.Background(), pool, "acct_signup", "usd", 250); !errors.Is(err, db.ErrCurrencyMismatch) {
 		t.Fatalf("other currency: err = %v, want ErrCurrencyMismatch", err)
 	}
 }

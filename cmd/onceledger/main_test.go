@@ -33,6 +33,9 @@ func (o *output) String() string {
 	return o.buf.String()
 }
 
+// ledger posts with no side effects.
+var ledger db.Ledger
+
 func getenvFrom(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
@@ -110,7 +113,7 @@ func TestVerifyExitCodeFollowsTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := db.CreateAccount(ctx, pool, "acct_verify", "usd", 300); err != nil {
+	if _, err := ledger.CreateAccount(ctx, pool, "acct_verify", "usd", 300); err != nil {
 		t.Fatal(err)
 	}
 	vars := getenvFrom(map[string]string{"DATABASE_URL": url})

@@ -10,6 +10,203 @@ import (
 	"time"
 )
 
+const stripeEventGet = `-- name: StripeEventGet :one
+SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE event_id = $1
+`
+
+// Returns no row when the event was never received.
+func (q *Queries) StripeEventGet(ctx context.Context, eventID string) (StripeEvent, error) {
+	row := q.db.QueryRow(ctx, stripeEventGet, eventID)
+	var i StripeEvent
+	err := row.Scan(
+		&i.EventID,
+		&i.Seq,
+		&i.Type,
+		&i.ApiVersion,
+		&i.Livemode,
+		&i.Created,
+		&i.Payload,
+		&i.ReceivedAt,
+		&i.Outcome,
+		&i.ParkedReason,
+		&i.PaymentIntent,
+		&i.OutcomeAt,
+		&i.ReviewedAt,
+	)
+	return i, err
+}
+
+const stripeEventInsert = `-- name: StripeEventInsert :one
+INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, parked_reason, payment_intent)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING seq
+`
+
+type StripeEventInsertParams struct {
+	EventID       string
+	Type          string
+	ApiVersion    string
+	Livemode      bool
+	Created       time.Time
+	Payload       []byte
+	Outcome       string
+	ParkedReason  *string
+	PaymentIntent *string
+}
+
+// Records a verified event, in the transaction that applies it. Returns no row when the event id was
+// already recorded (stripe_events_pkey): the event was processed, and nothing else must be done. A
+// concurrent delivery of the same event waits here for the first transaction, then gets no row.
+func (q *Queries) StripeEventInsert(ctx context.Context, arg StripeEventInsertParams) (int64, error) {
+	row := q.db.QueryRow(ctx, stripeEventInsert,
+		arg.EventID,
+		arg.Type,
+		arg.ApiVersion,
+		arg.Livemode,
+		arg.Created,
+		arg.Payload,
+		arg.Outcome,
+		arg.ParkedReason,
+		arg.PaymentIntent,
+	)
+	var seq int64
+	err := row.Scan(&seq)
+	return seq, err
+}
+
+const stripeEventSetOutcome = `-- name: StripeEventSetOutcome :execrows
+UPDATE stripe_events
+SET outcome = $1, parked_reason = $2, payment_intent = coalesce($3, payment_intent),
+    outcome_at = now()
+WHERE event_id = $4
+`
+
+type StripeEventSetOutcomeParams struct {
+	Outcome       string
+	ParkedReason  *string
+	PaymentIntent *string
+	EventID       string
+}
+
+// Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).
+func (q *Queries) StripeEventSetOutcome(ctx context.Context, arg StripeEventSetOutcomeParams) (int64, error) {
+	result, err := q.db.Exec(ctx, stripeEventSetOutcome,
+		arg.Outcome,
+		arg.ParkedReason,
+		arg.PaymentIntent,
+		arg.EventID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const stripeEventsList = `-- name: StripeEventsList :many
+SELECT event_id, seq, type, api_version, livemode, created, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE ($1::text IS NULL OR outcome = $1::text)
+  AND seq > $2
+ORDER BY seq
+LIMIT $3
+`
+
+type StripeEventsListParams struct {
+	Outcome  *string
+	AfterSeq int64
+	MaxRows  int32
+}
+
+type StripeEventsListRow struct {
+	EventID       string
+	Seq           int64
+	Type          string
+	ApiVersion    string
+	Livemode      bool
+	Created       time.Time
+	ReceivedAt    time.Time
+	Outcome       string
+	ParkedReason  *string
+	PaymentIntent *string
+	OutcomeAt     time.Time
+	ReviewedAt    *time.Time
+}
+
+// Stored events in arrival order, optionally of one outcome, after seq after_seq (keyset pagination:
+// stable while new events arrive, since seq only grows).
+func (q *Queries) StripeEventsList(ctx context.Context, arg StripeEventsListParams) ([]StripeEventsListRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsList, arg.Outcome, arg.AfterSeq, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsListRow{}
+	for rows.Next() {
+		var i StripeEventsListRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.Seq,
+			&i.Type,
+			&i.ApiVersion,
+			&i.Livemode,
+			&i.Created,
+			&i.ReceivedAt,
+			&i.Outcome,
+			&i.ParkedReason,
+			&i.PaymentIntent,
+			&i.OutcomeAt,
+			&i.ReviewedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
+SELECT event_id, payload
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND parked_reason = 'unknown_payment'
+  AND payment_intent = $1::text
+ORDER BY seq
+FOR UPDATE SKIP LOCKED
+`
+
+type StripeEventsParkedForPaymentRow struct {
+	EventID string
+	Payload []byte
+}
+
+// Events parked because their payment was unknown, to re-apply once that payment is recorded. Locks
+// them (SKIP LOCKED) so that two transactions never re-apply the same one at once.
+func (q *Queries) StripeEventsParkedForPayment(ctx context.Context, paymentIntent string) ([]StripeEventsParkedForPaymentRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedForPayment, paymentIntent)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedForPaymentRow{}
+	for rows.Next() {
+		var i StripeEventsParkedForPaymentRow
+		if err := rows.Scan(&i.EventID, &i.Payload); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stripeEventsParkedUnreviewed = `-- name: StripeEventsParkedUnreviewed :many
 SELECT event_id, type, parked_reason::text AS parked_reason, received_at
 FROM stripe_events

@@ -1,3 +1,46 @@
+-- name: StripeEventInsert :one
+-- Records a verified event, in the transaction that applies it. Returns no row when the event id was
+-- already recorded (stripe_events_pkey): the event was processed, and nothing else must be done. A
+-- concurrent delivery of the same event waits here for the first transaction, then gets no row.
+INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, parked_reason, payment_intent)
+VALUES (@event_id, @type, @api_version, @livemode, @created, @payload, @outcome, sqlc.narg(parked_reason), sqlc.narg(payment_intent))
+ON CONFLICT (event_id) DO NOTHING
+RETURNING seq;
+
+-- name: StripeEventSetOutcome :execrows
+-- Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).
+UPDATE stripe_events
+SET outcome = @outcome, parked_reason = sqlc.narg(parked_reason), payment_intent = coalesce(sqlc.narg(payment_intent), payment_intent),
+    outcome_at = now()
+WHERE event_id = @event_id;
+
+-- name: StripeEventGet :one
+-- Returns no row when the event was never received.
+SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE event_id = @event_id;
+
+-- name: StripeEventsParkedForPayment :many
+-- Events parked because their payment was unknown, to re-apply once that payment is recorded. Locks
+-- them (SKIP LOCKED) so that two transactions never re-apply the same one at once.
+SELECT event_id, payload
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND parked_reason = 'unknown_payment'
+  AND payment_intent = @payment_intent::text
+ORDER BY seq
+FOR UPDATE SKIP LOCKED;
+
+-- name: StripeEventsList :many
+-- Stored events in arrival order, optionally of one outcome, after seq after_seq (keyset pagination:
+-- stable while new events arrive, since seq only grows).
+SELECT event_id, seq, type, api_version, livemode, created, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE (sqlc.narg(outcome)::text IS NULL OR outcome = sqlc.narg(outcome)::text)
+  AND seq > @after_seq
+ORDER BY seq
+LIMIT @max_rows;
+
 -- name: StripeEventsParkedUnreviewed :many
 -- Parked events received before cutoff that no operator has looked at (verify). Parking keeps an event
 -- safe, not finished: one left alone this long needs a person.
