@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/metrics"
 )
 
 // Deps is what the handlers need; the binary builds it once.
@@ -19,9 +20,14 @@ type Deps struct {
 	Config config.Config
 	// Ledger posts every entry, so that its side effects (notifications) ride along.
 	Ledger db.Ledger
+	// Metrics is exported at /metrics; a fresh set when nil.
+	Metrics *metrics.Metrics
 }
 
 // NewHandler returns the whole HTTP surface.
 func NewHandler(d Deps) http.Handler {
+	if d.Metrics == nil {
+		d.Metrics = metrics.New()
+	}
 	return routes(d)
 }

@@ -11,9 +11,11 @@ func routes(d Deps) http.Handler {
 	r := mux.NewRouter()
 	r.NotFoundHandler = handleNotFound()
 	r.MethodNotAllowedHandler = handleMethodNotAllowed()
+	r.Use(d.Metrics.Middleware)
 
 	r.Handle("/healthz", handleHealthz()).Methods(http.MethodGet)
 	r.Handle("/readyz", handleReadyz(d)).Methods(http.MethodGet)
+	r.Handle("/metrics", d.Metrics.Handler()).Methods(http.MethodGet)
 
 	return r
 }

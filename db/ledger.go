@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,6 +64,22 @@ type Ledger struct {
 	// (never on a replay), e.g. to enqueue its notification so that it commits or rolls back with the
 	// entry. An error from it rolls the posting back.
 	OnPosted func(ctx context.Context, tx pgx.Tx, posted []Posted) error
+	// Observe, when set, counts every posting attempt by kind and result (ResultPosted, ResultReplay,
+	// ResultConflict). A posting counted as posted may still roll back with its transaction.
+	Observe func(kind, result string)
+}
+
+// Posting results, as Observe reports them.
+const (
+	ResultPosted   = "posted"
+	ResultReplay   = "replay"
+	ResultConflict = "conflict"
+)
+
+func (l Ledger) observe(kind, result string) {
+	if l.Observe != nil {
+		l.Observe(kind, result)
+	}
 }
 
 // Post appends an entry and moves the cached balance, both in tx; it must run inside a transaction
@@ -86,7 +103,14 @@ func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) 
 		PaymentIntent: nullable(p.PaymentIntent),
 	})
 	if isNoRows(err) {
-		return replayOf(ctx, q, p)
+		out, err := replayOf(ctx, q, p)
+		switch {
+		case err == nil:
+			l.observe(p.Kind, ResultReplay)
+		case errors.Is(err, ErrDedupeConflict):
+			l.observe(p.Kind, ResultConflict)
+		}
+		return out, err
 	}
 	if err != nil {
 		return Posted{}, fmt.Errorf("insert %s entry for %s: %w", p.Kind, p.AccountID, mapError(err))
@@ -110,6 +134,9 @@ func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) 
 // Posted runs OnPosted, if set, for entries newly inserted in tx. Every path that inserts entries
 // (Post, bulk billing) calls it, so that no entry escapes its side effects.
 func (l Ledger) Posted(ctx context.Context, tx pgx.Tx, posted []Posted) error {
+	for _, p := range posted {
+		l.observe(p.Entry.Kind, ResultPosted)
+	}
 	if l.OnPosted == nil || len(posted) == 0 {
 		return nil
 	}

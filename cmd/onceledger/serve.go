@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/metrics"
 )
 
 // serve runs the HTTP server until ctx is cancelled (SIGINT/SIGTERM), then drains in-flight requests
@@ -20,8 +22,12 @@ func serve(ctx context.Context, e env) error {
 	}
 	defer pool.Close()
 
+	m := metrics.New()
+	m.WatchPool(pool)
+	deps := api.Deps{Pool: pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: db.Ledger{Observe: m.ObservePosting}}
+
 	srv := &http.Server{
-		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg}),
+		Handler:           api.NewHandler(deps),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
