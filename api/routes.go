@@ -14,6 +14,7 @@ func routes(d Deps) http.Handler {
 
 	r.Handle("/healthz", handleHealthz()).Methods(http.MethodGet)
 	r.Handle("/readyz", handleReadyz(d)).Methods(http.MethodGet)
+	r.Handle("/webhooks/stripe", handleStripeWebhook(d)).Methods(http.MethodPost)
 
 	return r
 }

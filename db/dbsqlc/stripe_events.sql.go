@@ -38,6 +38,36 @@ func (q *Queries) StripeEventGet(ctx context.Context, eventID string) (StripeEve
 	return i, err
 }
 
+const stripeEventGetForUpdate = `-- name: StripeEventGetForUpdate :one
+SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE event_id = $1
+FOR UPDATE
+`
+
+// The stored event, locked until the transaction ends, so that a replay and the un-parking of the same
+// event never re-apply it at once. Returns no row when the event was never received.
+func (q *Queries) StripeEventGetForUpdate(ctx context.Context, eventID string) (StripeEvent, error) {
+	row := q.db.QueryRow(ctx, stripeEventGetForUpdate, eventID)
+	var i StripeEvent
+	err := row.Scan(
+		&i.EventID,
+		&i.Seq,
+		&i.Type,
+		&i.ApiVersion,
+		&i.Livemode,
+		&i.Created,
+		&i.Payload,
+		&i.ReceivedAt,
+		&i.Outcome,
+		&i.ParkedReason,
+		&i.PaymentIntent,
+		&i.OutcomeAt,
+		&i.ReviewedAt,
+	)
+	return i, err
+}
+
 const stripeEventInsert = `-- name: StripeEventInsert :one
 INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, parked_reason, payment_intent)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -168,6 +198,19 @@ func (q *Queries) StripeEventsList(ctx context.Context, arg StripeEventsListPara
 		return nil, err
 	}
 	return items, nil
+}
+
+const stripeEventsLockPayment = `-- name: StripeEventsLockPayment :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
+`
+
+// Serialises, until the transaction ends, every transaction that resolves or records one payment: a
+// refund or dispute looking for the payment's order, and the top-up recording it. Without it a refund
+// could park as unknown_payment while the top-up commits unseen, and stay parked. Two payments whose
+// ids hash alike only wait for each other.
+func (q *Queries) StripeEventsLockPayment(ctx context.Context, paymentIntent string) error {
+	_, err := q.db.Exec(ctx, stripeEventsLockPayment, paymentIntent)
+	return err
 }
 
 const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
