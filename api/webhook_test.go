@@ -583,8 +583,10 @@ func TestWebhookParksWhatItCannotApply(t *testing.T) {
 		reason string
 	}{
 		{
-			name:   "key reused with another amount",
-			setup:  func(s *webhookServer) { s.deliver(refundEvent("refund.created", "evt_first", "re_1", "pi_1", 300, "succeeded")) },
+			name: "key reused with another amount",
+			setup: func(s *webhookServer) {
+				s.deliver(refundEvent("refund.created", "evt_first", "re_1", "pi_1", 300, "succeeded"))
+			},
 			event:  refundEvent("refund.updated", "evt_conflict", "re_1", "pi_1", 700, "succeeded"),
 			reason: "dedupe_conflict",
 		},
@@ -661,5 +663,29 @@ func TestWebhookRecordsWhatIsNotCredited(t *testing.T) {
 	}
 	if got := s.balance("acct_1"); got != 0 {
 		t.Fatalf("balance %d, want 0: these events describe no new money", got)
+	}
+}
+
+// A refund racing its own top-up either sees the paid order or is parked before the top-up looks for
+// parked events (both lock the payment first): never left parked with its payment known.
+func TestWebhookRefundRacingItsTopupIsNeverLeftParked(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t)
+	const payments = 30
+	var wg sync.WaitGroup
+	for i := range payments {
+		account, pi := fmt.Sprintf("acct_%d", i), fmt.Sprintf("pi_%d", i)
+		s.createAccount(account, "gbp")
+		wg.Go(func() { s.deliver(topupEvent("evt_topup_"+pi, "cs_"+pi, pi, account, 1000)) })
+		wg.Go(func() { s.deliver(refundEvent("refund.created", "evt_refund_"+pi, "re_"+pi, pi, 300, "succeeded")) })
+	}
+	wg.Wait()
+	for i := range payments {
+		if got := s.balance(fmt.Sprintf("acct_%d", i)); got != 700 {
+			t.Errorf("payment %d: balance %d, want 700", i, got)
+		}
+	}
+	if n := s.count(`SELECT count(*) FROM stripe_events WHERE outcome = 'parked'`); n != 0 {
+		t.Fatalf("%d events left parked although their payments were recorded", n)
 	}
 }

@@ -41,7 +41,7 @@ func (p *Processor) effects(ctx context.Context, tx pgx.Tx, ev event, refunds re
 			return outcome{}, err
 		}
 		// The account first: a refund before its payment parks as unknown_payment whatever the list.
-		if _, err := p.resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"]); err != nil {
+		if _, err := resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"]); err != nil {
 			return outcome{}, err
 		}
 		list, err := refunds(ctx, c)
@@ -95,11 +95,6 @@ func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSe
 	acct, err := account(ctx, tx, accountID, s.Currency, paymentIntent)
 	if err != nil {
 		return outcome{}, err
-	}
-	if paymentIntent != "" {
-		if err := q.StripeEventsLockPayment(ctx, paymentIntent); err != nil {
-			return outcome{}, fmt.Errorf("lock payment %s: %w", paymentIntent, err)
-		}
 	}
 	err = q.TopupInsertForSession(ctx, dbsqlc.TopupInsertForSessionParams{
 		ID: s.ID, AccountID: acct.ID, SessionID: &s.ID, Amount: s.AmountTotal, Currency: acct.Currency,
@@ -232,7 +227,7 @@ func (p *Processor) reverseAll(ctx context.Context, tx pgx.Tx, paymentIntent, ch
 	if len(reversals) == 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
-	acct, err := p.resolve(ctx, tx, paymentIntent, chargeAccount)
+	acct, err := resolve(ctx, tx, paymentIntent, chargeAccount)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -270,17 +265,11 @@ func (p *Processor) reverseAll(ctx context.Context, tx pgx.Tx, paymentIntent, ch
 
 // resolve finds the account a refund or dispute belongs to: through the paid order of its payment
 // (refund and dispute metadata is empty in real payloads), else the charge's metadata.account_id.
-//
-// The payment is locked first (StripeEventsLockPayment), as the top-up recording it does: so either the
-// order is visible here, or this event's parking commits before the top-up looks for parked events.
-func (p *Processor) resolve(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string) (db.Account, error) {
-	q := dbsqlc.New(tx)
+// The caller (apply) holds the payment's lock, so the order read here cannot be committed unseen.
+func resolve(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string) (db.Account, error) {
 	accountID := chargeAccount
 	if paymentIntent != "" {
-		if err := q.StripeEventsLockPayment(ctx, paymentIntent); err != nil {
-			return db.Account{}, fmt.Errorf("lock payment %s: %w", paymentIntent, err)
-		}
-		order, err := q.TopupGetByPaymentIntent(ctx, paymentIntent)
+		order, err := dbsqlc.New(tx).TopupGetByPaymentIntent(ctx, paymentIntent)
 		switch {
 		case err == nil:
 			accountID = order.AccountID

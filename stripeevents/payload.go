@@ -39,6 +39,18 @@ func parseEvent(raw []byte) (event, error) {
 	return ev, nil
 }
 
+// paymentIntent is the payment the event's object belongs to (sessions, charges, refunds and disputes
+// all name it), or empty.
+func (e event) paymentIntent() string {
+	var o struct {
+		PaymentIntent ref `json:"payment_intent"`
+	}
+	if json.Unmarshal(e.Data.Object, &o) != nil {
+		return ""
+	}
+	return o.PaymentIntent.ID
+}
+
 // object decodes data.object into dst.
 func (e event) object(dst any) error {
 	if err := json.Unmarshal(e.Data.Object, dst); err != nil {

@@ -197,12 +197,22 @@ func park(reason, paymentIntent string) *parked {
 	return &parked{reason: reason, paymentIntent: paymentIntent}
 }
 
-// apply runs the event's effects in a savepoint of tx. A parking effect rolls the savepoint back and
-// yields a parked outcome; other errors are returned for the caller to roll everything back.
+// apply runs the event's effects in a savepoint of tx, holding the lock of the event's payment
+// (StripeEventsLockPayment) until tx ends: a refund or dispute and the top-up recording its payment are
+// serialised, so either the refund sees the paid order, or its parking commits before the top-up looks
+// for parked events. A parking effect rolls the savepoint back and yields a parked outcome; other
+// errors are returned for the caller to roll everything back.
 //
 // A dedupe conflict parks safely here: Ledger.Post detects it with a SELECT after an insert that did
 // nothing (ON CONFLICT DO NOTHING), so no statement failed and the transaction is still usable.
 func (p *Processor) apply(ctx context.Context, tx pgx.Tx, ev event, refunds refundLister) (outcome, error) {
+	// Outside the savepoint: rolling a savepoint back releases the locks taken in it, and a parked
+	// event must keep its payment locked until its parking commits.
+	if paymentIntent := ev.paymentIntent(); paymentIntent != "" {
+		if err := dbsqlc.New(tx).StripeEventsLockPayment(ctx, paymentIntent); err != nil {
+			return outcome{}, fmt.Errorf("lock payment %s: %w", paymentIntent, err)
+		}
+	}
 	var out outcome
 	err := db.InTx(ctx, tx, func(sp pgx.Tx) error {
 		var err error
