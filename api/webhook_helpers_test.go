@@ -129,6 +129,13 @@ func (s *webhookServer) balance(account string) int64 {
 	return acct.Balance
 }
 
+func (s *webhookServer) wantBalance(account string, want int64) {
+	s.t.Helper()
+	if got := s.balance(account); got != want {
+		s.t.Errorf("balance of %s is %d, want %d", account, got, want)
+	}
+}
+
 // entries returns the account's entries as "kind amount key", sorted, so orders compare equal.
 func (s *webhookServer) entries(account string) []string {
 	s.t.Helper()

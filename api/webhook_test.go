@@ -40,9 +40,7 @@ func TestWebhookTopupDelivered50TimesConcurrentlyCreditsOnce(t *testing.T) {
 	if credited != 1 || duplicates != deliveries-1 {
 		t.Fatalf("credited %d, duplicates %d; want 1 and %d", credited, duplicates, deliveries-1)
 	}
-	if got := s.balance("acct_1"); got != 1000 {
-		t.Fatalf("balance %d, want 1000", got)
-	}
+	s.wantBalance("acct_1", 1000)
 	if n := s.count(`SELECT count(*) FROM ledger`); n != 1 {
 		t.Fatalf("%d entries, want 1", n)
 	}
@@ -87,9 +85,7 @@ func TestWebhookChargeRefundedReversesEachRefundOnce(t *testing.T) {
 	if r := s.deliver(chargeRefundedEvent("evt_refunded_2", "pi_1", 1000, 1000)); r.Reversed != 1 {
 		t.Fatalf("second charge.refunded reversed %d, want 1 (only the new refund)", r.Reversed)
 	}
-	if got := s.balance("acct_1"); got != 0 {
-		t.Fatalf("balance %d after refunding 1000 of 1000, want 0", got)
-	}
+	s.wantBalance("acct_1", 0)
 
 	// The same refunds announced again as refund objects: nothing more.
 	for i, id := range []string{"re_a", "re_b"} {
@@ -98,9 +94,7 @@ func TestWebhookChargeRefundedReversesEachRefundOnce(t *testing.T) {
 			t.Fatalf("charge.refund.updated for %s: %+v, want nothing posted", id, r)
 		}
 	}
-	if got := s.balance("acct_1"); got != 0 {
-		t.Fatalf("balance %d, want 0", got)
-	}
+	s.wantBalance("acct_1", 0)
 	if n := s.count(`SELECT count(*) FROM ledger WHERE kind = 'refund'`); n != 2 {
 		t.Fatalf("%d refund entries, want 2", n)
 	}
@@ -117,9 +111,7 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 		if r := s.deliver(chargeRefundedEvent("evt_refunded", "pi_1", 1000, 500)); r.Parked != "refund_list_unavailable" {
 			t.Fatalf("reply %+v, want parked refund_list_unavailable", r)
 		}
-		if got := s.balance("acct_1"); got != 1000 {
-			t.Fatalf("balance %d, want 1000: amount_refunded must never be used", got)
-		}
+		s.wantBalance("acct_1", 1000)
 	})
 
 	t.Run("Stripe API down answers 503 and writes nothing", func(t *testing.T) {
@@ -141,9 +133,7 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 		if r := s.deliver(body); r.Reversed != 1 {
 			t.Fatalf("retry reversed %d, want 1", r.Reversed)
 		}
-		if got := s.balance("acct_1"); got != 500 {
-			t.Fatalf("balance %d, want 500", got)
-		}
+		s.wantBalance("acct_1", 500)
 	})
 }
 
@@ -181,9 +171,7 @@ func TestWebhookFailedRefundNetsZero(t *testing.T) {
 			for _, e := range tt.events() {
 				s.deliver(e)
 			}
-			if got := s.balance("acct_1"); got != 1000 {
-				t.Fatalf("balance %d, want 1000", got)
-			}
+			s.wantBalance("acct_1", 1000)
 			want := []string{
 				"refund -400 stripe:refund:re_1 pi_1",
 				"refund_restore 400 stripe:refund-failed:re_1 pi_1",
@@ -256,9 +244,7 @@ func TestWebhookDisputes(t *testing.T) {
 			for _, e := range tt.events {
 				s.deliver(e)
 			}
-			if got := s.balance("acct_1"); got != tt.balance {
-				t.Fatalf("balance %d, want %d", got, tt.balance)
-			}
+			s.wantBalance("acct_1", tt.balance)
 			var kinds []string
 			for _, e := range s.entries("acct_1") {
 				if kind := strings.Fields(e)[0]; kind != "topup" {
@@ -285,17 +271,13 @@ func TestWebhookRefundBeforeTopupIsParkedThenApplied(t *testing.T) {
 	if dispute.Parked != "unknown_payment" {
 		t.Fatalf("early dispute answered %+v, want parked unknown_payment", dispute)
 	}
-	if got := s.balance("acct_1"); got != 0 {
-		t.Fatalf("balance %d while parked, want 0", got)
-	}
+	s.wantBalance("acct_1", 0)
 
 	topup := s.deliver(topupEvent("evt_topup", "cs_1", "pi_1", "acct_1", 1000))
 	if !topup.Credited || topup.Reversed != 2 {
 		t.Fatalf("top-up answered %+v, want credited and the 2 parked reversals applied", topup)
 	}
-	if got := s.balance("acct_1"); got != 500 {
-		t.Fatalf("balance %d, want 1000 - 300 - 200 = 500", got)
-	}
+	s.wantBalance("acct_1", 500)
 	for _, id := range []string{"evt_refund", "evt_dispute"} {
 		if outcome, reason := s.eventOutcome(id); outcome != "applied" || reason != "" {
 			t.Fatalf("%s is %s %s after its payment arrived, want applied", id, outcome, reason)
@@ -305,9 +287,7 @@ func TestWebhookRefundBeforeTopupIsParkedThenApplied(t *testing.T) {
 	if r := s.deliver(refundEvent("refund.created", "evt_refund", "re_1", "pi_1", 300, "succeeded")); !r.Duplicate {
 		t.Fatalf("redelivery answered %+v, want duplicate", r)
 	}
-	if got := s.balance("acct_1"); got != 500 {
-		t.Fatalf("balance %d, want 500", got)
-	}
+	s.wantBalance("acct_1", 500)
 }
 
 // One payment: a top-up, two partial refunds (one of them announced by charge.refunded, whose refunds
@@ -378,9 +358,7 @@ func TestWebhookOrderIndependence(t *testing.T) {
 		if got := s.entries(account); !slices.Equal(got, want(i)) {
 			t.Errorf("order %v: entries %q, want %q", p, got, want(i))
 		}
-		if got := s.balance(account); got != 5000 {
-			t.Errorf("order %v: balance %d, want 5000", p, got)
-		}
+		s.wantBalance(account, 5000)
 	}
 }
 
@@ -409,9 +387,7 @@ func TestWebhookAcceptsAnyAPIVersion(t *testing.T) {
 			t.Fatalf("event at %s: %+v, want credited", version, r)
 		}
 	}
-	if got := s.balance("acct_1"); got != 300 {
-		t.Fatalf("balance %d, want 300", got)
-	}
+	s.wantBalance("acct_1", 300)
 }
 
 func TestWebhookRejectsUnverifiedDeliveries(t *testing.T) {
@@ -473,9 +449,7 @@ func TestWebhookAcceptsEverySecretDuringRotation(t *testing.T) {
 	if r := s.post(body, sign(body, testSecret, time.Now())); r.status != http.StatusBadRequest {
 		t.Fatalf("signed with a retired secret: %d %s, want 400", r.status, r.raw)
 	}
-	if got := s.balance("acct_1"); got != 200 {
-		t.Fatalf("balance %d, want 200", got)
-	}
+	s.wantBalance("acct_1", 200)
 }
 
 // The database connection dies while the delivery is blocked mid-transaction (after the event, the
@@ -532,9 +506,7 @@ func TestWebhookDatabaseKilledMidRequest(t *testing.T) {
 	if r := s.deliver(body); !r.Duplicate {
 		t.Fatalf("second redelivery answered %+v, want duplicate", r)
 	}
-	if got := s.balance("acct_1"); got != 1000 {
-		t.Fatalf("balance %d, want 1000", got)
-	}
+	s.wantBalance("acct_1", 1000)
 }
 
 // A top-up created as the API will (pending order, then its Checkout Session) is paid by the session's
@@ -566,9 +538,7 @@ func TestWebhookPaysPendingTopupOnce(t *testing.T) {
 	if order.Status != "paid" || order.PaymentIntent == nil || *order.PaymentIntent != "pi_1" || *order.PaidEventID != "evt_completed" {
 		t.Fatalf("order %+v, want paid by evt_completed with pi_1", order)
 	}
-	if got := s.balance("acct_1"); got != 1500 {
-		t.Fatalf("balance %d, want 1500", got)
-	}
+	s.wantBalance("acct_1", 1500)
 	if n := s.count(`SELECT count(*) FROM topups`); n != 1 {
 		t.Fatalf("%d orders, want the API's one", n)
 	}
@@ -621,9 +591,7 @@ func TestWebhookParksWhatItCannotApply(t *testing.T) {
 			if r.Parked != tt.reason || r.Credited || r.Reversed != 0 {
 				t.Fatalf("answered %+v, want parked %s and nothing posted", r, tt.reason)
 			}
-			if got := s.balance("acct_1"); got != before {
-				t.Fatalf("balance moved from %d to %d", before, got)
-			}
+			s.wantBalance("acct_1", before)
 			if n := s.count(`SELECT count(*) FROM ledger`); n != entries {
 				t.Fatalf("%d entries posted by a parked event", n-entries)
 			}
@@ -661,9 +629,7 @@ func TestWebhookRecordsWhatIsNotCredited(t *testing.T) {
 			t.Fatalf("%s stored as %s, want %s", r.Event, outcome, tt.outcome)
 		}
 	}
-	if got := s.balance("acct_1"); got != 0 {
-		t.Fatalf("balance %d, want 0: these events describe no new money", got)
-	}
+	s.wantBalance("acct_1", 0)
 }
 
 // A refund racing its own top-up either sees the paid order or is parked before the top-up looks for
@@ -681,9 +647,7 @@ func TestWebhookRefundRacingItsTopupIsNeverLeftParked(t *testing.T) {
 	}
 	wg.Wait()
 	for i := range payments {
-		if got := s.balance(fmt.Sprintf("acct_%d", i)); got != 700 {
-			t.Errorf("payment %d: balance %d, want 700", i, got)
-		}
+		s.wantBalance(fmt.Sprintf("acct_%d", i), 700)
 	}
 	if n := s.count(`SELECT count(*) FROM stripe_events WHERE outcome = 'parked'`); n != 0 {
 		t.Fatalf("%d events left parked although their payments were recorded", n)
