@@ -41,14 +41,15 @@ func (p *Processor) effects(ctx context.Context, tx pgx.Tx, ev event, refunds re
 			return outcome{}, err
 		}
 		// The account first: a refund before its payment parks as unknown_payment whatever the list.
-		if _, err := resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"]); err != nil {
+		acct, err := resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"])
+		if err != nil {
 			return outcome{}, err
 		}
 		list, err := refunds(ctx, c)
 		if err != nil {
 			return outcome{}, err
 		}
-		return p.reverseAll(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"], refundReversals(list))
+		return p.reverseOn(ctx, tx, acct, c.PaymentIntent.ID, refundReversals(list))
 
 	case "charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
 		"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated":
@@ -230,6 +231,14 @@ func (p *Processor) reverseAll(ctx context.Context, tx pgx.Tx, paymentIntent, ch
 	acct, err := resolve(ctx, tx, paymentIntent, chargeAccount)
 	if err != nil {
 		return outcome{}, err
+	}
+	return p.reverseOn(ctx, tx, acct, paymentIntent, reversals)
+}
+
+// reverseOn posts the reversals of one payment on acct, each under its own key.
+func (p *Processor) reverseOn(ctx context.Context, tx pgx.Tx, acct db.Account, paymentIntent string, reversals []reversal) (outcome, error) {
+	if len(reversals) == 0 {
+		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
 	for _, r := range reversals {

@@ -142,7 +142,7 @@ func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) 
 	err = db.InTx(ctx, p.Pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		// Locked so that a top-up un-parking this event at the same time skips it.
-		if _, err := q.StripeEventGetForUpdate(ctx, eventID); err != nil {
+		if _, err := q.StripeEventLock(ctx, eventID); err != nil {
 			return fmt.Errorf("lock stripe event %s: %w", eventID, err)
 		}
 		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {

@@ -38,36 +38,6 @@ func (q *Queries) StripeEventGet(ctx context.Context, eventID string) (StripeEve
 	return i, err
 }
 
-const stripeEventGetForUpdate = `-- name: StripeEventGetForUpdate :one
-SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
-FROM stripe_events
-WHERE event_id = $1
-FOR UPDATE
-`
-
-// The stored event, locked until the transaction ends, so that a replay and the un-parking of the same
-// event never re-apply it at once. Returns no row when the event was never received.
-func (q *Queries) StripeEventGetForUpdate(ctx context.Context, eventID string) (StripeEvent, error) {
-	row := q.db.QueryRow(ctx, stripeEventGetForUpdate, eventID)
-	var i StripeEvent
-	err := row.Scan(
-		&i.EventID,
-		&i.Seq,
-		&i.Type,
-		&i.ApiVersion,
-		&i.Livemode,
-		&i.Created,
-		&i.Payload,
-		&i.ReceivedAt,
-		&i.Outcome,
-		&i.ParkedReason,
-		&i.PaymentIntent,
-		&i.OutcomeAt,
-		&i.ReviewedAt,
-	)
-	return i, err
-}
-
 const stripeEventInsert = `-- name: StripeEventInsert :one
 INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, parked_reason, payment_intent)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -105,6 +75,22 @@ func (q *Queries) StripeEventInsert(ctx context.Context, arg StripeEventInsertPa
 	var seq int64
 	err := row.Scan(&seq)
 	return seq, err
+}
+
+const stripeEventLock = `-- name: StripeEventLock :one
+SELECT event_id
+FROM stripe_events
+WHERE event_id = $1
+FOR UPDATE
+`
+
+// Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
+// event never re-apply it at once. Returns no row when the event was never received.
+func (q *Queries) StripeEventLock(ctx context.Context, eventID string) (string, error) {
+	row := q.db.QueryRow(ctx, stripeEventLock, eventID)
+	var event_id string
+	err := row.Scan(&event_id)
+	return event_id, err
 }
 
 const stripeEventSetOutcome = `-- name: StripeEventSetOutcome :execrows

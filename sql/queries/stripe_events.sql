@@ -51,10 +51,10 @@ WHERE outcome = 'parked'
   AND received_at < @cutoff
 ORDER BY seq;
 
--- name: StripeEventGetForUpdate :one
--- The stored event, locked until the transaction ends, so that a replay and the un-parking of the same
+-- name: StripeEventLock :one
+-- Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
 -- event never re-apply it at once. Returns no row when the event was never received.
-SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+SELECT event_id
 FROM stripe_events
 WHERE event_id = @event_id
 FOR UPDATE;
