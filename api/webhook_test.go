@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
@@ -112,6 +113,25 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 			t.Fatalf("reply %+v, want parked refund_list_unavailable", r)
 		}
 		s.wantBalance("acct_1", 1000)
+	})
+
+	t.Run("a complete list in the payload needs no API call", func(t *testing.T) {
+		t.Parallel()
+		s := newWebhookServer(t, withoutStripeKey)
+		s.createAccount("acct_1", "gbp")
+		s.deliver(topupEvent("evt_topup", "cs_1", "pi_1", "acct_1", 1000))
+		charge := obj{
+			"id": "ch_pi_1", "object": "charge", "amount": 1000, "amount_refunded": 700, "currency": "gbp",
+			"payment_intent": "pi_1", "metadata": obj{},
+			"refunds": obj{"object": "list", "has_more": false, "data": []obj{
+				refundObject("re_a", "ch_pi_1", "pi_1", 300, "succeeded"),
+				refundObject("re_b", "ch_pi_1", "pi_1", 400, "pending"),
+			}},
+		}
+		if r := s.deliver(eventJSON("evt_refunded", "charge.refunded", "2020-08-27", charge)); r.Reversed != 2 {
+			t.Fatalf("reply %+v, want the 2 listed refunds reversed", r)
+		}
+		s.wantBalance("acct_1", 300)
 	})
 
 	t.Run("Stripe API down answers 503 and writes nothing", func(t *testing.T) {
@@ -359,6 +379,11 @@ func TestWebhookOrderIndependence(t *testing.T) {
 			t.Errorf("order %v: entries %q, want %q", p, got, want(i))
 		}
 		s.wantBalance(account, 5000)
+	}
+	// Balances match their entries, and no payment was reversed beyond its credit.
+	violations, err := db.Verify(context.Background(), s.pool, time.Now(), time.Hour)
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("verify: %v %v", violations, err)
 	}
 }
 
