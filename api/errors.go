@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/stripeevents"
 )
 
 // errorBody is every error on the wire: {"ok":false,"error":{"code":"snake_case","message":"…"}}.
@@ -47,6 +48,8 @@ var errorTable = []struct {
 	{db.ErrCurrencyMismatch, http.StatusConflict, "currency_mismatch"},
 	{db.ErrInvalidAmount, http.StatusBadRequest, "invalid_amount"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
+	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
+	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
 }
 
 // writeError answers err with its status and code from errorTable.

@@ -16,6 +16,7 @@ func routes(d Deps) http.Handler {
 	r.Handle("/healthz", handleHealthz()).Methods(http.MethodGet)
 	r.Handle("/readyz", handleReadyz(d)).Methods(http.MethodGet)
 	r.Handle("/metrics", d.Metrics.Handler()).Methods(http.MethodGet)
+	r.Handle("/webhooks/stripe", handleStripeWebhook(d)).Methods(http.MethodPost)
 
 	return r
 }

@@ -77,6 +77,22 @@ func (q *Queries) StripeEventInsert(ctx context.Context, arg StripeEventInsertPa
 	return seq, err
 }
 
+const stripeEventLock = `-- name: StripeEventLock :one
+SELECT event_id
+FROM stripe_events
+WHERE event_id = $1
+FOR UPDATE
+`
+
+// Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
+// event never re-apply it at once. Returns no row when the event was never received.
+func (q *Queries) StripeEventLock(ctx context.Context, eventID string) (string, error) {
+	row := q.db.QueryRow(ctx, stripeEventLock, eventID)
+	var event_id string
+	err := row.Scan(&event_id)
+	return event_id, err
+}
+
 const stripeEventSetOutcome = `-- name: StripeEventSetOutcome :execrows
 UPDATE stripe_events
 SET outcome = $1, parked_reason = $2, payment_intent = coalesce($3, payment_intent),
@@ -168,6 +184,19 @@ func (q *Queries) StripeEventsList(ctx context.Context, arg StripeEventsListPara
 		return nil, err
 	}
 	return items, nil
+}
+
+const stripeEventsLockPayment = `-- name: StripeEventsLockPayment :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
+`
+
+// Serialises, until the transaction ends, every transaction that resolves or records one payment: a
+// refund or dispute looking for the payment's order, and the top-up recording it. Without it a refund
+// could park as unknown_payment while the top-up commits unseen, and stay parked. Two payments whose
+// ids hash alike only wait for each other.
+func (q *Queries) StripeEventsLockPayment(ctx context.Context, paymentIntent string) error {
+	_, err := q.db.Exec(ctx, stripeEventsLockPayment, paymentIntent)
+	return err
 }
 
 const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many

@@ -50,3 +50,18 @@ WHERE outcome = 'parked'
   AND reviewed_at IS NULL
   AND received_at < @cutoff
 ORDER BY seq;
+
+-- name: StripeEventLock :one
+-- Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
+-- event never re-apply it at once. Returns no row when the event was never received.
+SELECT event_id
+FROM stripe_events
+WHERE event_id = @event_id
+FOR UPDATE;
+
+-- name: StripeEventsLockPayment :exec
+-- Serialises, until the transaction ends, every transaction that resolves or records one payment: a
+-- refund or dispute looking for the payment's order, and the top-up recording it. Without it a refund
+-- could park as unknown_payment while the top-up commits unseen, and stay parked. Two payments whose
+-- ids hash alike only wait for each other.
+SELECT pg_advisory_xact_lock(hashtextextended(@payment_intent::text, 0));

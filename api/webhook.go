@@ -1,0 +1,87 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/onceledger/onceledger/stripeapi"
+	"github.com/onceledger/onceledger/stripeevents"
+)
+
+// maxWebhookBody is the largest Stripe event accepted; Stripe's are far smaller.
+const maxWebhookBody = 1 << 20
+
+// webhookResponse is the body of every answered delivery (SPEC §4).
+type webhookResponse struct {
+	OK        bool   `json:"ok"`
+	Event     string `json:"event"`
+	Duplicate bool   `json:"duplicate"`
+	Credited  bool   `json:"credited"`
+	Reversed  int    `json:"reversed"`
+	Restored  int    `json:"restored"`
+	Parked    string `json:"parked,omitempty"`
+}
+
+// handleStripeWebhook verifies a Stripe delivery before anything else, then records and applies it in
+// one transaction (stripeevents). A parked event is still a 200, so Stripe stops retrying; a transient
+// failure is a 503 with nothing written, so Stripe retries.
+func handleStripeWebhook(d Deps) http.Handler {
+	processor := &stripeevents.Processor{Pool: d.Pool, Ledger: d.Ledger, Stripe: stripeapi.New(d.Config), Log: d.Log}
+	secrets := d.Config.WebhookSecrets
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(secrets) == 0 {
+			writeError(w, r, d.Log, &Error{Status: http.StatusServiceUnavailable, Code: "webhook_not_configured",
+				Message: "STRIPE_WEBHOOK_SECRET is not set"})
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
+		if err != nil {
+			writeError(w, r, d.Log, jsonError(err))
+			return
+		}
+		if err := verifyStripeSignature(body, r.Header.Get("Stripe-Signature"), secrets); err != nil {
+			writeError(w, r, d.Log, err)
+			return
+		}
+		res, err := processor.Process(r.Context(), body)
+		if err != nil {
+			writeError(w, r, d.Log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, webhookResponse{
+			OK: true, Event: res.EventID, Duplicate: res.Duplicate, Credited: res.Credited,
+			Reversed: res.Reversed, Restored: res.Restored, Parked: res.Parked,
+		})
+	})
+}
+
+// verifyStripeSignature accepts the body when it is signed, within 300 s, by any of the secrets (several
+// during a rotation), and is JSON. Events of every api_version are accepted: stripe-go pins one, but
+// Stripe renders events in the endpoint's version, and only stable fields are read afterwards.
+func verifyStripeSignature(body []byte, header string, secrets []string) error {
+	opts := webhook.ConstructEventOptions{Tolerance: 300 * time.Second, IgnoreAPIVersionMismatch: true}
+	var err error
+	for _, secret := range secrets {
+		_, err = webhook.ConstructEventWithOptions(body, header, secret, opts)
+		if !errors.Is(err, webhook.ErrNoValidSignature) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, webhook.ErrNotSigned):
+		return badRequest("missing_signature", "the Stripe-Signature header is required")
+	case errors.Is(err, webhook.ErrTooOld):
+		return badRequest("stale_signature", "the signature's timestamp is older than 300 seconds")
+	case errors.Is(err, webhook.ErrInvalidHeader), errors.Is(err, webhook.ErrNoValidSignature):
+		return badRequest("invalid_signature", "the Stripe-Signature header does not match the body")
+	default:
+		// Signed, but not an event: stripe-go could not parse it.
+		return badRequest("invalid_json", "body is not a JSON Stripe event")
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/stripeevents"
+)
+
+// A top-up parked because its account did not exist is applied by `replay` once the account exists,
+// and replaying it again credits nothing.
+func TestReplayAppliesParkedEventOnce(t *testing.T) {
+	t.Parallel()
+	url := dbtest.URL(t)
+	ctx := context.Background()
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	event := `{"id":"evt_replay","object":"event","type":"checkout.session.completed","api_version":"2025-04-30.basil",
+		"created":1700000000,"livemode":false,"data":{"object":{"id":"cs_replay","object":"checkout.session",
+		"payment_status":"paid","amount_total":700,"currency":"eur","metadata":{"account_id":"acct_late"},
+		"payment_intent":"pi_replay"}}}`
+	res, err := processor.Process(ctx, []byte(event))
+	if err != nil || res.Parked != stripeevents.ReasonUnknownAccount {
+		t.Fatalf("first delivery: %+v, %v; want parked unknown_account", res, err)
+	}
+	if _, err := ledger.CreateAccount(ctx, pool, "acct_late", "eur", 0); err != nil {
+		t.Fatal(err)
+	}
+	vars := getenvFrom(map[string]string{"DATABASE_URL": url})
+
+	for _, want := range []string{"evt_replay applied credited=true", "evt_replay applied credited=false"} {
+		stdout := &output{}
+		if err := run(ctx, []string{"replay", "evt_replay"}, vars, stdout, &output{}); err != nil {
+			t.Fatalf("replay: %v\n%s", err, stdout)
+		}
+		if !strings.HasPrefix(stdout.String(), want) {
+			t.Fatalf("replay printed %q, want %q", stdout, want)
+		}
+	}
+	acct, err := db.GetAccount(ctx, pool, "acct_late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acct.Balance != 700 {
+		t.Fatalf("balance %d after two replays, want 700", acct.Balance)
+	}
+
+	stdout := &output{}
+	if err := run(ctx, []string{"replay", "evt_never_received"}, vars, stdout, &output{}); err == nil || exitCode(err) != 1 {
+		t.Fatalf("replay of an unknown event: %v, want a failure\n%s", err, stdout)
+	}
+	if err := run(ctx, []string{"replay"}, vars, &output{}, &output{}); exitCode(err) != 2 {
+		t.Fatalf("replay without ids: %v, want a usage error", err)
+	}
+}

@@ -1,0 +1,325 @@
+package stripeevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// effects applies ev by its object's current state. Every entry it posts has a dedupe key naming the
+// thing that happened (the payment, the refund, the dispute), never the event, except the top-up whose
+// order's pending→paid transition guards it too: so any arrival order converges to one ledger.
+func (p *Processor) effects(ctx context.Context, tx pgx.Tx, ev event, refunds refundLister) (outcome, error) {
+	switch ev.Type {
+	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+		var s checkoutSession
+		if err := ev.object(&s); err != nil {
+			return outcome{}, err
+		}
+		return p.topup(ctx, tx, ev, s)
+
+	case "payment_intent.succeeded", "charge.succeeded":
+		// The same payment as the Checkout Session: crediting it too would double it.
+		return outcome{status: OutcomeRecorded}, nil
+
+	case "charge.refund.updated", "refund.created", "refund.updated", "refund.failed":
+		var r refund
+		if err := ev.object(&r); err != nil {
+			return outcome{}, err
+		}
+		return p.reverseAll(ctx, tx, r.PaymentIntent.ID, r.Charge.Metadata["account_id"], refundReversals([]refund{r}))
+
+	case "charge.refunded":
+		var c charge
+		if err := ev.object(&c); err != nil {
+			return outcome{}, err
+		}
+		// The account first: a refund before its payment parks as unknown_payment whatever the list.
+		acct, err := resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"])
+		if err != nil {
+			return outcome{}, err
+		}
+		list, err := refunds(ctx, c)
+		if err != nil {
+			return outcome{}, err
+		}
+		return p.reverseOn(ctx, tx, acct, c.PaymentIntent.ID, refundReversals(list))
+
+	case "charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
+		"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated":
+		var d dispute
+		if err := ev.object(&d); err != nil {
+			return outcome{}, err
+		}
+		var reversals []reversal
+		if r, ok := disputeReversal(ev.Type, d); ok {
+			reversals = append(reversals, r)
+		}
+		return p.reverseAll(ctx, tx, d.PaymentIntent.ID, d.Charge.Metadata["account_id"], reversals)
+
+	default:
+		return outcome{status: OutcomeIgnored}, nil
+	}
+}
+
+// topup records the Checkout Session's order and moves it from pending to paid; only the transaction
+// whose conditional UPDATE made that transition posts the credit, so a second completion event for the
+// same session (another event id) credits nothing.
+func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSession) (outcome, error) {
+	paymentIntent := s.PaymentIntent.ID
+	if ev.Type == "checkout.session.completed" && s.PaymentStatus != "paid" {
+		// An asynchronous payment: checkout.session.async_payment_succeeded will credit it.
+		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
+	}
+	if s.ID == "" || s.AmountTotal <= 0 {
+		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
+	}
+	q := dbsqlc.New(tx)
+	accountID := s.accountID()
+	// An order created through the API names its account; the session's metadata is a copy of it.
+	order, err := q.TopupGetBySession(ctx, &s.ID)
+	switch {
+	case err == nil:
+		accountID = order.AccountID
+	case !errors.Is(err, pgx.ErrNoRows):
+		return outcome{}, fmt.Errorf("read order of session %s: %w", s.ID, err)
+	}
+	if accountID == "" {
+		return outcome{}, park(ReasonUnknownAccount, paymentIntent)
+	}
+	acct, err := account(ctx, tx, accountID, s.Currency, paymentIntent)
+	if err != nil {
+		return outcome{}, err
+	}
+	err = q.TopupInsertForSession(ctx, dbsqlc.TopupInsertForSessionParams{
+		ID: s.ID, AccountID: acct.ID, SessionID: &s.ID, Amount: s.AmountTotal, Currency: acct.Currency,
+	})
+	if err != nil {
+		return outcome{}, fmt.Errorf("record order of session %s: %w", s.ID, err)
+	}
+	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
+	paid, err := q.TopupMarkPaid(ctx, dbsqlc.TopupMarkPaidParams{
+		SessionID: &s.ID, PaymentIntent: nullable(paymentIntent), PaidEventID: &ev.ID,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, nil // already paid by an earlier event
+	}
+	if err != nil {
+		return outcome{}, fmt.Errorf("mark order of session %s paid: %w", s.ID, err)
+	}
+	out.credited, err = p.post(ctx, tx, &out, db.Posting{
+		AccountID: paid.AccountID, Kind: db.KindTopup, Amount: s.AmountTotal,
+		Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID, PaymentIntent: paymentIntent,
+	})
+	if err != nil {
+		return outcome{}, err
+	}
+	if paymentIntent != "" {
+		if err := p.unpark(ctx, tx, &out, paymentIntent); err != nil {
+			return outcome{}, err
+		}
+	}
+	return out, nil
+}
+
+// unpark re-applies, in the top-up's transaction, the events that were parked waiting for this payment,
+// so that they commit with the credit they were waiting for.
+func (p *Processor) unpark(ctx context.Context, tx pgx.Tx, out *outcome, paymentIntent string) error {
+	q := dbsqlc.New(tx)
+	waiting, err := q.StripeEventsParkedForPayment(ctx, paymentIntent)
+	if err != nil {
+		return fmt.Errorf("find events parked for %s: %w", paymentIntent, err)
+	}
+	for _, row := range waiting {
+		ev, err := parseEvent(row.Payload)
+		if err != nil {
+			return err
+		}
+		// The refund list of a parked charge.refunded is fetched here, inside the transaction: rare, and
+		// the alternative (after commit) could lose the re-application in a crash.
+		reapplied, err := p.apply(ctx, tx, ev, p.refundsOf)
+		if err != nil {
+			return fmt.Errorf("re-apply parked %s: %w", row.EventID, err)
+		}
+		if err := setOutcome(ctx, q, row.EventID, reapplied); err != nil {
+			return err
+		}
+		out.reversed += reapplied.reversed
+		out.restored += reapplied.restored
+		out.posted = append(out.posted, reapplied.posted...)
+		out.unparked = append(out.unparked, row.EventID)
+	}
+	return nil
+}
+
+// reversal is one refund or dispute: the money taken back and, when it was undone (the refund failed or
+// was canceled, the dispute was won), the money given back, each under its own key.
+type reversal struct {
+	kind, key               string
+	restoreKind, restoreKey string
+	amount                  int64
+	currency                string
+	undone                  bool
+	description             string
+}
+
+// refundReversals: pending, requires_action and succeeded refunds take money back; failed and canceled
+// ones take it back and restore it, so a late "created" event finds both keys taken.
+func refundReversals(refunds []refund) []reversal {
+	var out []reversal
+	for _, r := range refunds {
+		var undone bool
+		switch r.Status {
+		case "pending", "requires_action", "succeeded":
+		case "failed", "canceled":
+			undone = true
+		default:
+			continue
+		}
+		if r.ID == "" || r.Amount <= 0 {
+			continue
+		}
+		out = append(out, reversal{
+			kind: db.KindRefund, key: "stripe:refund:" + r.ID,
+			restoreKind: db.KindRefundRestore, restoreKey: "stripe:refund-failed:" + r.ID,
+			amount: r.Amount, currency: r.Currency, undone: undone, description: "Stripe refund " + r.ID,
+		})
+	}
+	return out
+}
+
+// disputeReversal: chargebacks withdraw funds (created, needs_response, under_review, lost,
+// funds_withdrawn); won or funds_reinstated gives them back. Inquiries move no money, unless Stripe says
+// funds moved (funds_withdrawn / funds_reinstated), which it only does for an escalated one.
+func disputeReversal(eventType string, d dispute) (reversal, bool) {
+	r := reversal{
+		kind: db.KindDispute, key: "stripe:dispute:" + d.ID,
+		restoreKind: db.KindDisputeWon, restoreKey: "stripe:dispute-won:" + d.ID,
+		amount: d.Amount, currency: d.Currency, description: "Stripe dispute " + d.ID,
+	}
+	if d.ID == "" || d.Amount <= 0 {
+		return reversal{}, false
+	}
+	switch {
+	case eventType == "charge.dispute.funds_reinstated":
+		r.undone = true
+	case eventType == "charge.dispute.funds_withdrawn":
+	case d.isInquiry():
+		return reversal{}, false
+	case d.Status == "won":
+		r.undone = true
+	case d.Status == "needs_response", d.Status == "under_review", d.Status == "lost",
+		eventType == "charge.dispute.created":
+	default:
+		return reversal{}, false
+	}
+	return r, true
+}
+
+// reverseAll posts the reversals of one payment on its account. An event with nothing to reverse is
+// recorded without looking for the account.
+func (p *Processor) reverseAll(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string, reversals []reversal) (outcome, error) {
+	if len(reversals) == 0 {
+		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
+	}
+	acct, err := resolve(ctx, tx, paymentIntent, chargeAccount)
+	if err != nil {
+		return outcome{}, err
+	}
+	return p.reverseOn(ctx, tx, acct, paymentIntent, reversals)
+}
+
+// reverseOn posts the reversals of one payment on acct, each under its own key.
+func (p *Processor) reverseOn(ctx context.Context, tx pgx.Tx, acct db.Account, paymentIntent string, reversals []reversal) (outcome, error) {
+	if len(reversals) == 0 {
+		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
+	}
+	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
+	for _, r := range reversals {
+		if !strings.EqualFold(r.currency, acct.Currency) {
+			return outcome{}, park(ReasonCurrencyMismatch, paymentIntent)
+		}
+		posted, err := p.post(ctx, tx, &out, db.Posting{
+			AccountID: acct.ID, Kind: r.kind, Amount: -r.amount, Description: r.description,
+			DedupeKey: r.key, PaymentIntent: paymentIntent,
+		})
+		if err != nil {
+			return outcome{}, err
+		}
+		if posted {
+			out.reversed++
+		}
+		if !r.undone {
+			continue
+		}
+		posted, err = p.post(ctx, tx, &out, db.Posting{
+			AccountID: acct.ID, Kind: r.restoreKind, Amount: r.amount, Description: r.description + " undone",
+			DedupeKey: r.restoreKey, PaymentIntent: paymentIntent,
+		})
+		if err != nil {
+			return outcome{}, err
+		}
+		if posted {
+			out.restored++
+		}
+	}
+	return out, nil
+}
+
+// resolve finds the account a refund or dispute belongs to: through the paid order of its payment
+// (refund and dispute metadata is empty in real payloads), else the charge's metadata.account_id.
+// The caller (apply) holds the payment's lock, so the order read here cannot be committed unseen.
+func resolve(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string) (db.Account, error) {
+	accountID := chargeAccount
+	if paymentIntent != "" {
+		order, err := dbsqlc.New(tx).TopupGetByPaymentIntent(ctx, paymentIntent)
+		switch {
+		case err == nil:
+			accountID = order.AccountID
+		case !errors.Is(err, pgx.ErrNoRows):
+			return db.Account{}, fmt.Errorf("read order of payment %s: %w", paymentIntent, err)
+		}
+	}
+	if accountID == "" {
+		return db.Account{}, park(ReasonUnknownPayment, paymentIntent)
+	}
+	return account(ctx, tx, accountID, "", paymentIntent)
+}
+
+// account reads the account, parking unknown_account when it does not exist and currency_mismatch
+// when currency (if given) is not its currency: money is never converted.
+func account(ctx context.Context, tx pgx.Tx, id, currency, paymentIntent string) (db.Account, error) {
+	acct, err := db.GetAccount(ctx, tx, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Account{}, park(ReasonUnknownAccount, paymentIntent)
+	}
+	if err != nil {
+		return db.Account{}, err
+	}
+	if currency != "" && !strings.EqualFold(currency, acct.Currency) {
+		return db.Account{}, park(ReasonCurrencyMismatch, paymentIntent)
+	}
+	return acct, nil
+}
+
+// post posts one entry and notes its key when it was new. A key already posted with other parameters
+// parks the event as dedupe_conflict: a bug or an attack, never a replay.
+func (p *Processor) post(ctx context.Context, tx pgx.Tx, out *outcome, posting db.Posting) (bool, error) {
+	posted, err := p.Ledger.Post(ctx, tx, posting)
+	if errors.Is(err, db.ErrDedupeConflict) {
+		return false, &parked{reason: ReasonDedupeConflict, paymentIntent: posting.PaymentIntent, cause: err}
+	}
+	if err != nil {
+		return false, err
+	}
+	if posted.Posted {
+		out.posted = append(out.posted, posting.DedupeKey)
+	}
+	return posted.Posted, nil
+}

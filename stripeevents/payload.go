@@ -1,0 +1,155 @@
+package stripeevents
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The payload types below read only the fields the effects need, which Stripe has kept stable across
+// API versions, so an event rendered at any api_version parses. stripe-go's typed objects follow its
+// pinned version and are not used for events.
+
+// event is the envelope of every Stripe event.
+type event struct {
+	ID         string `json:"id"`
+	Type       string `json:"type"`
+	APIVersion string `json:"api_version"`
+	Livemode   bool   `json:"livemode"`
+	Created    int64  `json:"created"`
+	Data       struct {
+		Object json.RawMessage `json:"object"`
+	} `json:"data"`
+}
+
+func (e event) createdAt() time.Time { return time.Unix(e.Created, 0).UTC() }
+
+// parseEvent reads the envelope; every error wraps ErrInvalidEvent.
+func parseEvent(raw []byte) (event, error) {
+	var ev event
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if !strings.HasPrefix(ev.ID, "evt_") || ev.Type == "" || len(ev.Data.Object) == 0 {
+		return event{}, fmt.Errorf("%w: an event needs an evt_ id, a type and data.object", ErrInvalidEvent)
+	}
+	return ev, nil
+}
+
+// paymentIntent is the payment the event's object belongs to (sessions, charges, refunds and disputes
+// all name it), or empty.
+func (e event) paymentIntent() string {
+	var o struct {
+		PaymentIntent ref `json:"payment_intent"`
+	}
+	if json.Unmarshal(e.Data.Object, &o) != nil {
+		return ""
+	}
+	return o.PaymentIntent.ID
+}
+
+// object decodes data.object into dst.
+func (e event) object(dst any) error {
+	if err := json.Unmarshal(e.Data.Object, dst); err != nil {
+		return fmt.Errorf("%w: %s data.object: %w", ErrInvalidEvent, e.Type, err)
+	}
+	return nil
+}
+
+// ref is a field Stripe renders either as an id or, when expanded, as the object itself. The object's
+// metadata is kept: an expanded charge may name the account.
+type ref struct {
+	ID       string
+	Metadata map[string]string
+}
+
+func (r *ref) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case bytes.Equal(b, []byte("null")):
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		return json.Unmarshal(b, &r.ID)
+	}
+	var obj struct {
+		ID       string            `json:"id"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return errors.New("expected an id or an object")
+	}
+	r.ID, r.Metadata = obj.ID, obj.Metadata
+	return nil
+}
+
+// checkoutSession is a Checkout Session: the top-up's payment.
+type checkoutSession struct {
+	ID                string            `json:"id"`
+	PaymentStatus     string            `json:"payment_status"`
+	AmountTotal       int64             `json:"amount_total"`
+	Currency          string            `json:"currency"`
+	ClientReferenceID string            `json:"client_reference_id"`
+	Metadata          map[string]string `json:"metadata"`
+	PaymentIntent     ref               `json:"payment_intent"`
+}
+
+// accountID is the account the session pays for: metadata.account_id, else client_reference_id.
+func (s checkoutSession) accountID() string {
+	if id := s.Metadata["account_id"]; id != "" {
+		return id
+	}
+	return s.ClientReferenceID
+}
+
+// refund is a refund object, from an event or from the Stripe API.
+type refund struct {
+	ID            string `json:"id"`
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	Status        string `json:"status"`
+	PaymentIntent ref    `json:"payment_intent"`
+	Charge        ref    `json:"charge"`
+}
+
+// charge is a charge object as charge.refunded carries it. Its refunds list is absent on API versions
+// from 2022-11-15 on; amount_refunded is deliberately not read (it is cumulative).
+type charge struct {
+	ID            string            `json:"id"`
+	PaymentIntent ref               `json:"payment_intent"`
+	Metadata      map[string]string `json:"metadata"`
+	Refunds       *struct {
+		Data    []refund `json:"data"`
+		HasMore bool     `json:"has_more"`
+	} `json:"refunds"`
+}
+
+// listedRefunds returns the refunds the payload lists, and whether that list is complete.
+func (c charge) listedRefunds() ([]refund, bool) {
+	if c.Refunds == nil || c.Refunds.HasMore {
+		return nil, false
+	}
+	return c.Refunds.Data, true
+}
+
+// dispute is a dispute object.
+type dispute struct {
+	ID                   string `json:"id"`
+	Amount               int64  `json:"amount"`
+	Currency             string `json:"currency"`
+	Status               string `json:"status"`
+	PaymentIntent        ref    `json:"payment_intent"`
+	Charge               ref    `json:"charge"`
+	PaymentMethodDetails struct {
+		Card struct {
+			CaseType string `json:"case_type"`
+		} `json:"card"`
+	} `json:"payment_method_details"`
+}
+
+// isInquiry: an inquiry (a warning_* status, or case_type inquiry) moves no money.
+func (d dispute) isInquiry() bool {
+	return d.PaymentMethodDetails.Card.CaseType == "inquiry" || strings.HasPrefix(d.Status, "warning_")
+}

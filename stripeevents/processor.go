@@ -1,0 +1,253 @@
+// Package stripeevents applies a verified Stripe event to the ledger. It is the one code path behind
+// the webhook, `onceledger replay` and the reconciler's recovery of missed events: however often and
+// in whatever order an event arrives, its effects are posted once, because every effect has its own
+// dedupe key and the event is recorded in the transaction that applies it.
+package stripeevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+var (
+	// ErrInvalidEvent: the body is not a Stripe event this package can read. Nothing was written.
+	ErrInvalidEvent = errors.New("invalid stripe event")
+	// ErrStripeUnavailable: the Stripe API could not answer now (unreachable, 429, 5xx). Nothing was
+	// written; a later delivery or replay will apply the event.
+	ErrStripeUnavailable = errors.New("stripe API temporarily unavailable")
+)
+
+// Outcomes, as stripe_events_outcome_check knows them.
+const (
+	OutcomeApplied  = "applied"
+	OutcomeRecorded = "recorded"
+	OutcomeIgnored  = "ignored"
+	OutcomeParked   = "parked"
+)
+
+// Parking reasons, as stripe_events_parked_reason_check knows them. A parked event is kept, answered
+// 200 (Stripe stops retrying) and re-applied later: automatically for unknown_payment, by
+// `onceledger replay` for the others.
+const (
+	ReasonUnknownPayment        = "unknown_payment"
+	ReasonUnknownAccount        = "unknown_account"
+	ReasonCurrencyMismatch      = "currency_mismatch"
+	ReasonDedupeConflict        = "dedupe_conflict"
+	ReasonRefundListUnavailable = "refund_list_unavailable"
+)
+
+// Processor applies Stripe events.
+type Processor struct {
+	Pool *pgxpool.Pool
+	// Ledger posts every entry, so that its side effects ride in the same transaction.
+	Ledger db.Ledger
+	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
+	Stripe *client.API
+	Log    *slog.Logger
+}
+
+// Result is what one delivery or replay did.
+type Result struct {
+	EventID string
+	// Duplicate: the event was already recorded, and nothing was done.
+	Duplicate bool
+	// Outcome is the event's recorded outcome (empty for a duplicate).
+	Outcome string
+	// Credited: a top-up was newly credited.
+	Credited bool
+	// Reversed counts refund and dispute reversals newly posted; Restored counts refund restores and
+	// won disputes newly posted. Both include events this one un-parked.
+	Reversed int
+	Restored int
+	// Parked is the parking reason, when the event was parked.
+	Parked string
+}
+
+// Process records and applies one verified event (the raw event JSON). The event row and its effects
+// commit together or not at all; a redelivered event is a Duplicate and does nothing. Errors are
+// ErrInvalidEvent, ErrStripeUnavailable, or database errors (db.IsTransient ones deserve a retry);
+// parking is not an error.
+func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
+	ev, err := parseEvent(raw)
+	if err != nil {
+		return Result{}, err
+	}
+	refunds, err := p.prefetchRefunds(ctx, ev)
+	if err != nil {
+		return Result{EventID: ev.ID}, err
+	}
+	var (
+		out       outcome
+		duplicate bool
+	)
+	err = db.InTx(ctx, p.Pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		// Recorded first: a concurrent delivery of the same event waits here and then finds it.
+		_, err := q.StripeEventInsert(ctx, dbsqlc.StripeEventInsertParams{
+			EventID: ev.ID, Type: ev.Type, ApiVersion: ev.APIVersion, Livemode: ev.Livemode,
+			Created: ev.createdAt(), Payload: raw, Outcome: OutcomeApplied,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			duplicate = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("record event %s: %w", ev.ID, err)
+		}
+		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
+			return err
+		}
+		return setOutcome(ctx, q, ev.ID, out)
+	})
+	if err != nil {
+		return Result{EventID: ev.ID}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	if duplicate {
+		p.Log.InfoContext(ctx, "stripe event duplicate", "event", ev.ID, "type", ev.Type)
+		return Result{EventID: ev.ID, Duplicate: true}, nil
+	}
+	p.logOutcome(ctx, "stripe event", ev, out)
+	return out.result(ev.ID), nil
+}
+
+// Replay re-applies a stored event through the same effects as its first delivery, and records the new
+// outcome. Every effect is keyed, so replaying an applied event posts nothing; replaying a parked one
+// after its cause was fixed applies it. A never-received event is db.ErrNotFound.
+func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) {
+	stored, err := dbsqlc.New(p.Pool).StripeEventGet(ctx, eventID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{EventID: eventID}, fmt.Errorf("stripe event %s: %w", eventID, db.ErrNotFound)
+	}
+	if err != nil {
+		return Result{EventID: eventID}, fmt.Errorf("read stripe event %s: %w", eventID, err)
+	}
+	ev, err := parseEvent(stored.Payload)
+	if err != nil {
+		return Result{EventID: eventID}, err
+	}
+	refunds, err := p.prefetchRefunds(ctx, ev)
+	if err != nil {
+		return Result{EventID: eventID}, err
+	}
+	var out outcome
+	err = db.InTx(ctx, p.Pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		// Locked so that a top-up un-parking this event at the same time skips it.
+		if _, err := q.StripeEventLock(ctx, eventID); err != nil {
+			return fmt.Errorf("lock stripe event %s: %w", eventID, err)
+		}
+		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
+			return err
+		}
+		return setOutcome(ctx, q, ev.ID, out)
+	})
+	if err != nil {
+		return Result{EventID: eventID}, fmt.Errorf("replay %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	p.logOutcome(ctx, "stripe event replayed", ev, out)
+	return out.result(ev.ID), nil
+}
+
+// outcome is what applying one event did, before it is recorded.
+type outcome struct {
+	status        string
+	reason        string
+	paymentIntent string
+	credited      bool
+	reversed      int
+	restored      int
+	// posted are the dedupe keys of the entries newly posted, for the log.
+	posted []string
+	// unparked are the events re-applied because this one recorded their payment.
+	unparked []string
+}
+
+func (o outcome) result(eventID string) Result {
+	return Result{
+		EventID: eventID, Outcome: o.status, Credited: o.credited,
+		Reversed: o.reversed, Restored: o.restored, Parked: o.reason,
+	}
+}
+
+// parked is how an effect asks for its event to be parked: the effects' savepoint is rolled back, so a
+// parked event has posted nothing, and the event row records the reason.
+type parked struct {
+	reason        string
+	paymentIntent string
+	cause         error
+}
+
+func (p *parked) Error() string {
+	if p.cause != nil {
+		return "parked " + p.reason + ": " + p.cause.Error()
+	}
+	return "parked " + p.reason
+}
+
+func park(reason, paymentIntent string) *parked {
+	return &parked{reason: reason, paymentIntent: paymentIntent}
+}
+
+// apply runs the event's effects in a savepoint of tx, holding the lock of the event's payment
+// (StripeEventsLockPayment) until tx ends: a refund or dispute and the top-up recording its payment are
+// serialised, so either the refund sees the paid order, or its parking commits before the top-up looks
+// for parked events. A parking effect rolls the savepoint back and yields a parked outcome; other
+// errors are returned for the caller to roll everything back.
+//
+// A dedupe conflict parks safely here: Ledger.Post detects it with a SELECT after an insert that did
+// nothing (ON CONFLICT DO NOTHING), so no statement failed and the transaction is still usable.
+func (p *Processor) apply(ctx context.Context, tx pgx.Tx, ev event, refunds refundLister) (outcome, error) {
+	// Outside the savepoint: rolling a savepoint back releases the locks taken in it, and a parked
+	// event must keep its payment locked until its parking commits.
+	if paymentIntent := ev.paymentIntent(); paymentIntent != "" {
+		if err := dbsqlc.New(tx).StripeEventsLockPayment(ctx, paymentIntent); err != nil {
+			return outcome{}, fmt.Errorf("lock payment %s: %w", paymentIntent, err)
+		}
+	}
+	var out outcome
+	err := db.InTx(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		out, err = p.effects(ctx, sp, ev, refunds)
+		return err
+	})
+	var pk *parked
+	if errors.As(err, &pk) {
+		if pk.cause != nil {
+			p.Log.WarnContext(ctx, "stripe event parked", "event", ev.ID, "reason", pk.reason, "err", pk.cause)
+		}
+		return outcome{status: OutcomeParked, reason: pk.reason, paymentIntent: pk.paymentIntent}, nil
+	}
+	return out, err
+}
+
+func setOutcome(ctx context.Context, q *dbsqlc.Queries, eventID string, out outcome) error {
+	_, err := q.StripeEventSetOutcome(ctx, dbsqlc.StripeEventSetOutcomeParams{
+		EventID: eventID, Outcome: out.status, ParkedReason: nullable(out.reason), PaymentIntent: nullable(out.paymentIntent),
+	})
+	if err != nil {
+		return fmt.Errorf("record outcome of %s: %w", eventID, err)
+	}
+	return nil
+}
+
+func (p *Processor) logOutcome(ctx context.Context, msg string, ev event, out outcome) {
+	p.Log.InfoContext(ctx, msg, "event", ev.ID, "type", ev.Type, "api_version", ev.APIVersion,
+		"outcome", out.status, "parked", out.reason, "payment_intent", out.paymentIntent,
+		"posted", out.posted, "unparked", out.unparked)
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
