@@ -44,10 +44,15 @@ func handleStripeWebhook(d Deps) http.Handler {
 			return
 		}
 		if err := verifyStripeSignature(body, r.Header.Get("Stripe-Signature"), secrets); err != nil {
+			var apiErr *Error
+			errors.As(err, &apiErr)
+			d.Metrics.WebhookDeliveries.WithLabelValues("unverified", "rejected", apiErr.Code).Inc()
 			writeError(w, r, d.Log, err)
 			return
 		}
 		res, err := processor.Process(r.Context(), body)
+		outcome, reason := deliveryOutcome(res, err)
+		d.Metrics.WebhookDeliveries.WithLabelValues(or(res.Type, "unknown"), outcome, reason).Inc()
 		if err != nil {
 			writeError(w, r, d.Log, err)
 			return
@@ -57,6 +62,29 @@ func handleStripeWebhook(d Deps) http.Handler {
 			Reversed: res.Reversed, Restored: res.Restored, Parked: res.Parked,
 		})
 	})
+}
+
+// deliveryOutcome names what a delivery did, for the webhook metric.
+func deliveryOutcome(res stripeevents.Result, err error) (outcome, reason string) {
+	switch {
+	case errors.Is(err, stripeevents.ErrInvalidEvent):
+		return "rejected", "invalid_event"
+	case err != nil:
+		return "failed", ""
+	case res.Duplicate:
+		return "duplicate", ""
+	case res.Credited:
+		return "credited", ""
+	default:
+		return res.Outcome, res.Parked
+	}
+}
+
+func or(v, fallback string) string {
+	if v == "" {
+		return fallback
+	}
+	return v
 }
 
 // verifyStripeSignature accepts the body when it is signed, within 300 s, by any of the secrets (several

@@ -21,6 +21,7 @@ import (
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/metrics"
 )
 
 const (
@@ -30,11 +31,11 @@ const (
 
 // webhookServer is the real HTTP surface on a fresh database, with a fake Stripe API behind it.
 type webhookServer struct {
-	t      *testing.T
-	pool   *pgxpool.Pool
-	url    string
-	stripe *fakeStripe
-	ledger db.Ledger
+	t       *testing.T
+	pool    *pgxpool.Pool
+	url     string
+	stripe  *fakeStripe
+	metrics *metrics.Metrics
 }
 
 type serverOption func(*config.Config)
@@ -53,9 +54,12 @@ func newWebhookServer(t *testing.T, opts ...serverOption) *webhookServer {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Log: discardLog(), Config: cfg}))
+	m := metrics.New()
+	srv := httptest.NewServer(api.NewHandler(api.Deps{
+		Pool: pool, Log: discardLog(), Config: cfg, Metrics: m, Ledger: db.Ledger{Observe: m.ObservePosting},
+	}))
 	t.Cleanup(srv.Close)
-	return &webhookServer{t: t, pool: pool, url: srv.URL, stripe: stripe}
+	return &webhookServer{t: t, pool: pool, url: srv.URL, stripe: stripe, metrics: m}
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -115,7 +119,7 @@ func sign(body []byte, secret string, at time.Time) string {
 
 func (s *webhookServer) createAccount(id, currency string) {
 	s.t.Helper()
-	if _, err := s.ledger.CreateAccount(context.Background(), s.pool, id, currency, 0); err != nil {
+	if _, err := (db.Ledger{}).CreateAccount(context.Background(), s.pool, id, currency, 0); err != nil {
 		s.t.Fatalf("create account %s: %v", id, err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbsqlc"
 )
@@ -586,6 +588,11 @@ func TestWebhookParksWhatItCannotApply(t *testing.T) {
 			reason: "dedupe_conflict",
 		},
 		{
+			name:   "payment that already paid another order",
+			event:  topupEvent("evt_second_order", "cs_other", "pi_1", "acct_1", 1000),
+			reason: "dedupe_conflict",
+		},
+		{
 			name:   "session for an account that does not exist",
 			event:  topupEvent("evt_nobody", "cs_2", "pi_2", "acct_missing", 500),
 			reason: "unknown_account",
@@ -676,5 +683,47 @@ func TestWebhookRefundRacingItsTopupIsNeverLeftParked(t *testing.T) {
 	}
 	if n := s.count(`SELECT count(*) FROM stripe_events WHERE outcome = 'parked'`); n != 0 {
 		t.Fatalf("%d events left parked although their payments were recorded", n)
+	}
+}
+
+// Every delivery is counted by type, outcome and reason; postings by kind and result.
+func TestWebhookMetricsCountEveryDelivery(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t, withoutStripeKey)
+	s.createAccount("acct_1", "gbp")
+	topup := topupEvent("evt_topup", "cs_1", "pi_1", "acct_1", 1000)
+	s.deliver(topup)
+	s.deliver(topup)
+	s.deliver(refundEvent("refund.created", "evt_r1", "re_1", "pi_1", 300, "succeeded"))
+	s.deliver(refundEvent("refund.updated", "evt_r2", "re_1", "pi_1", 400, "succeeded")) // key reused
+	s.deliver(chargeRefundedEvent("evt_cr", "pi_1", 1000, 300))                          // no key, no list
+	s.deliver(eventJSON("evt_other", "customer.created", apiVersion, obj{"id": "cus_1", "object": "customer"}))
+	if r := s.post(topup, sign(topup, "whsec_wrong", time.Now())); r.status != http.StatusBadRequest {
+		t.Fatalf("wrong secret answered %d", r.status)
+	}
+
+	deliveries := s.metrics.WebhookDeliveries
+	want := []struct {
+		labels []string
+		n      float64
+	}{
+		{[]string{"checkout.session.completed", "credited", ""}, 1},
+		{[]string{"checkout.session.completed", "duplicate", ""}, 1},
+		{[]string{"refund.created", "applied", ""}, 1},
+		{[]string{"refund.updated", "parked", "dedupe_conflict"}, 1},
+		{[]string{"charge.refunded", "parked", "refund_list_unavailable"}, 1},
+		{[]string{"customer.created", "ignored", ""}, 1},
+		{[]string{"unverified", "rejected", "invalid_signature"}, 1},
+	}
+	for _, w := range want {
+		if got := testutil.ToFloat64(deliveries.WithLabelValues(w.labels...)); got != w.n {
+			t.Errorf("webhook deliveries %v = %v, want %v", w.labels, got, w.n)
+		}
+	}
+	if got := testutil.ToFloat64(s.metrics.Postings.WithLabelValues("refund", "conflict")); got != 1 {
+		t.Errorf("refund conflicts = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.metrics.Postings.WithLabelValues("topup", "posted")); got != 1 {
+		t.Errorf("topups posted = %v, want 1", got)
 	}
 }

@@ -49,7 +49,7 @@ func (l Ledger) CreateAccount(ctx context.Context, b Beginner, id, currency stri
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("create account %s: %w", id, mapError(err))
+			return fmt.Errorf("create account %s: %w", id, MapError(err))
 		}
 		out = AccountCreated{Account: Account(row), Created: true}
 		if grant <= 0 {
@@ -77,7 +77,7 @@ func GetAccount(ctx context.Context, q dbsqlc.DBTX, id string) (Account, error) 
 		return Account{}, fmt.Errorf("account %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Account{}, fmt.Errorf("get account %s: %w", id, mapError(err))
+		return Account{}, fmt.Errorf("get account %s: %w", id, MapError(err))
 	}
 	return Account(row), nil
 }

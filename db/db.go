@@ -46,7 +46,7 @@ type Beginner interface {
 func InTx(ctx context.Context, b Beginner, fn func(tx pgx.Tx) error) (err error) {
 	tx, err := b.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", mapError(err))
+		return fmt.Errorf("begin: %w", MapError(err))
 	}
 	defer func() {
 		if err != nil {
@@ -57,7 +57,7 @@ func InTx(ctx context.Context, b Beginner, fn func(tx pgx.Tx) error) (err error)
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", mapError(err))
+		return fmt.Errorf("commit: %w", MapError(err))
 	}
 	return nil
 }

@@ -39,11 +39,14 @@ var constraintErrors = map[string]error{
 	"ledger_account_fk":      ErrAccountNotFound,
 	"topups_account_fk":      ErrAccountNotFound,
 	"ledger_kind_sign_check": ErrInvalidAmount,
+	// A payment already paid another order: crediting it again would count one payment twice.
+	"topups_payment_intent_key": ErrDedupeConflict,
 }
 
-// mapError turns a PostgreSQL error into a sentinel, by SQLSTATE and constraint name, keeping the
-// original in the chain for logs. Errors it does not recognise pass through unchanged.
-func mapError(err error) error {
+// MapError turns a PostgreSQL error into a sentinel, by SQLSTATE and constraint name, keeping the
+// original in the chain for logs. Errors it does not recognise pass through unchanged. Packages that
+// run generated queries themselves (inside db.InTx) pass their errors through it.
+func MapError(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -92,7 +95,7 @@ func isConnectionError(err error) bool {
 // IsTransient reports whether err means "try again later": the database was unreachable or asked for
 // a retry, and the transaction did not commit. The webhook answers 503 to these, so Stripe retries.
 func IsTransient(err error) bool {
-	return err != nil && errors.Is(mapError(err), ErrTransient)
+	return err != nil && errors.Is(MapError(err), ErrTransient)
 }
 
 func isUndefinedTable(err error) bool {

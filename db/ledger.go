@@ -113,7 +113,7 @@ func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) 
 		return out, err
 	}
 	if err != nil {
-		return Posted{}, fmt.Errorf("insert %s entry for %s: %w", p.Kind, p.AccountID, mapError(err))
+		return Posted{}, fmt.Errorf("insert %s entry for %s: %w", p.Kind, p.AccountID, MapError(err))
 	}
 
 	balance, err := addToBalance(ctx, q, p)
@@ -161,7 +161,7 @@ func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, err
 		balance, err = q.AccountBalanceAdd(ctx, dbsqlc.AccountBalanceAddParams{ID: p.AccountID, Amount: p.Amount})
 	}
 	if err != nil {
-		return 0, fmt.Errorf("update balance of %s: %w", p.AccountID, mapError(err))
+		return 0, fmt.Errorf("update balance of %s: %w", p.AccountID, MapError(err))
 	}
 	return balance, nil
 }
@@ -170,7 +170,7 @@ func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, err
 func replayOf(ctx context.Context, q *dbsqlc.Queries, p Posting) (Posted, error) {
 	row, err := q.LedgerEntryGetByDedupeKey(ctx, p.DedupeKey)
 	if err != nil {
-		return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, mapError(err))
+		return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, MapError(err))
 	}
 	prior := entryFromRow(row)
 	if prior.AccountID != p.AccountID || prior.Kind != p.Kind || prior.Amount != p.Amount {
@@ -198,7 +198,7 @@ func Entries(ctx context.Context, q dbsqlc.DBTX, accountID string, beforeID int6
 		AccountID: accountID, BeforeID: before, MaxRows: limit,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list entries of %s: %w", accountID, mapError(err))
+		return nil, fmt.Errorf("list entries of %s: %w", accountID, MapError(err))
 	}
 	entries := make([]Entry, len(rows))
 	for i, r := range rows {

@@ -126,7 +126,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		if isNoRows(err) || isUndefinedTable(err) {
 			return fmt.Errorf("%w: no migration applied, want %d", ErrSchemaNotCurrent, latest)
 		}
-		return fmt.Errorf("read schema version: %w", mapError(err))
+		return fmt.Errorf("read schema version: %w", MapError(err))
 	}
 	if dirty || uint(version) != latest {
 		return fmt.Errorf("%w: database at %d (dirty=%t), binary at %d", ErrSchemaNotCurrent, version, dirty, latest)

@@ -24,7 +24,7 @@ func Verify(ctx context.Context, q dbsqlc.DBTX, now time.Time, parkedAfter time.
 
 	balances, err := queries.AccountBalanceMismatches(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("check balances: %w", mapError(err))
+		return nil, fmt.Errorf("check balances: %w", MapError(err))
 	}
 	for _, b := range balances {
 		out = append(out, Violation{"balance", fmt.Sprintf("account %s: cached balance %d, ledger sum %d", b.ID, b.Cached, b.LedgerSum)})
@@ -32,7 +32,7 @@ func Verify(ctx context.Context, q dbsqlc.DBTX, now time.Time, parkedAfter time.
 
 	dupes, err := queries.LedgerDuplicateDedupeKeys(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("check dedupe keys: %w", mapError(err))
+		return nil, fmt.Errorf("check dedupe keys: %w", MapError(err))
 	}
 	for _, d := range dupes {
 		out = append(out, Violation{"dedupe", fmt.Sprintf("key %q is held by %d entries", d.DedupeKey, d.Entries)})
@@ -40,7 +40,7 @@ func Verify(ctx context.Context, q dbsqlc.DBTX, now time.Time, parkedAfter time.
 
 	payments, err := queries.LedgerOverReversedPayments(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("check reversals: %w", mapError(err))
+		return nil, fmt.Errorf("check reversals: %w", MapError(err))
 	}
 	for _, p := range payments {
 		out = append(out, Violation{"reversals", fmt.Sprintf("payment %s: reversed %d of a %d credit", p.PaymentIntent, p.NetReversed, p.Credited)})
@@ -48,7 +48,7 @@ func Verify(ctx context.Context, q dbsqlc.DBTX, now time.Time, parkedAfter time.
 
 	parked, err := queries.StripeEventsParkedUnreviewed(ctx, now.Add(-parkedAfter))
 	if err != nil {
-		return nil, fmt.Errorf("check parked events: %w", mapError(err))
+		return nil, fmt.Errorf("check parked events: %w", MapError(err))
 	}
 	for _, e := range parked {
 		out = append(out, Violation{"parked", fmt.Sprintf("event %s (%s) parked as %s since %s, not reviewed",

@@ -110,6 +110,10 @@ func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSe
 	if errors.Is(err, pgx.ErrNoRows) {
 		return out, nil // already paid by an earlier event
 	}
+	if err = db.MapError(err); errors.Is(err, db.ErrDedupeConflict) {
+		// The payment already paid another order (topups_payment_intent_key).
+		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: paymentIntent, cause: err}
+	}
 	if err != nil {
 		return outcome{}, fmt.Errorf("mark order of session %s paid: %w", s.ID, err)
 	}

@@ -58,6 +58,8 @@ type Processor struct {
 // Result is what one delivery or replay did.
 type Result struct {
 	EventID string
+	// Type is the event's type, once it could be read.
+	Type string
 	// Duplicate: the event was already recorded, and nothing was done.
 	Duplicate bool
 	// Outcome is the event's recorded outcome (empty for a duplicate).
@@ -83,7 +85,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	}
 	refunds, err := p.prefetchRefunds(ctx, ev)
 	if err != nil {
-		return Result{EventID: ev.ID}, err
+		return Result{EventID: ev.ID, Type: ev.Type}, err
 	}
 	var (
 		out       outcome
@@ -109,14 +111,14 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		return setOutcome(ctx, q, ev.ID, out)
 	})
 	if err != nil {
-		return Result{EventID: ev.ID}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+		return Result{EventID: ev.ID, Type: ev.Type}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	if duplicate {
 		p.Log.InfoContext(ctx, "stripe event duplicate", "event", ev.ID, "type", ev.Type)
-		return Result{EventID: ev.ID, Duplicate: true}, nil
+		return Result{EventID: ev.ID, Type: ev.Type, Duplicate: true}, nil
 	}
 	p.logOutcome(ctx, "stripe event", ev, out)
-	return out.result(ev.ID), nil
+	return out.result(ev), nil
 }
 
 // Replay re-applies a stored event through the same effects as its first delivery, and records the new
@@ -154,7 +156,7 @@ func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) 
 		return Result{EventID: eventID}, fmt.Errorf("replay %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	p.logOutcome(ctx, "stripe event replayed", ev, out)
-	return out.result(ev.ID), nil
+	return out.result(ev), nil
 }
 
 // outcome is what applying one event did, before it is recorded.
@@ -171,9 +173,9 @@ type outcome struct {
 	unparked []string
 }
 
-func (o outcome) result(eventID string) Result {
+func (o outcome) result(ev event) Result {
 	return Result{
-		EventID: eventID, Outcome: o.status, Credited: o.credited,
+		EventID: ev.ID, Type: ev.Type, Outcome: o.status, Credited: o.credited,
 		Reversed: o.reversed, Restored: o.restored, Parked: o.reason,
 	}
 }
