@@ -49,6 +49,16 @@ var errorTable = []struct {
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 }
 
+// handle adapts a handler that returns its error to http.Handler, answering the error through the
+// one error table.
+func handle(d Deps, fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			writeError(w, r, d.Log, err)
+		}
+	})
+}
+
 // writeError answers err with its status and code from errorTable.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var apiErr *Error

@@ -1,0 +1,207 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/onceledger/onceledger/db"
+)
+
+// Ids as the schema accepts them (accounts_id_format_check, decisions_id_format_check): checked here
+// first so that bad input is a 400 naming the field, not a constraint violation.
+var (
+	accountIDPattern  = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+	decisionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+	currencyPattern   = regexp.MustCompile(`^[a-z]{3}$`)
+)
+
+const (
+	// smallBody bounds the JSON bodies of single-object requests.
+	smallBody = 16 << 10
+	// Page sizes of the listings.
+	defaultPageSize = 50
+	maxPageSize     = 500
+)
+
+type accountJSON struct {
+	ID        string    `json:"id"`
+	Currency  string    `json:"currency"`
+	Balance   int64     `json:"balance"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func accountOut(a db.Account) accountJSON {
+	return accountJSON{ID: a.ID, Currency: a.Currency, Balance: a.Balance, CreatedAt: a.CreatedAt}
+}
+
+type entryJSON struct {
+	ID            int64     `json:"id"`
+	AccountID     string    `json:"account_id"`
+	Kind          string    `json:"kind"`
+	Amount        int64     `json:"amount"`
+	Description   string    `json:"description"`
+	DedupeKey     *string   `json:"dedupe_key"`
+	PaymentIntent *string   `json:"payment_intent"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+func entryOut(e db.Entry) entryJSON {
+	return entryJSON{
+		ID: e.ID, AccountID: e.AccountID, Kind: e.Kind, Amount: e.Amount, Description: e.Description,
+		DedupeKey: orNull(e.DedupeKey), PaymentIntent: orNull(e.PaymentIntent), CreatedAt: e.CreatedAt,
+	}
+}
+
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// accountID is the {id} of an /v1/accounts/{id}/… route, checked.
+func accountID(r *http.Request) (string, error) {
+	id := mux.Vars(r)["id"]
+	if !accountIDPattern.MatchString(id) {
+		return "", badRequest("invalid_account_id", "account id must be 1-64 characters of [A-Za-z0-9_.:-]")
+	}
+	return id, nil
+}
+
+// getAccount reads the account, answering a missing one as 404 account_not_found.
+func getAccount(r *http.Request, d Deps, id string) (db.Account, error) {
+	acct, err := db.GetAccount(r.Context(), d.Pool, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Account{}, &Error{Status: http.StatusNotFound, Code: "account_not_found", Message: "no account " + id}
+	}
+	return acct, err
+}
+
+// handlePutAccount creates the account idempotently: 201 when this call created it, 200 when it
+// existed with the same currency, 409 currency_mismatch otherwise. The signup grant is posted once,
+// by the call that creates the account (db.Ledger.CreateAccount).
+func handlePutAccount(d Deps) http.Handler {
+	type request struct {
+		Currency *string `json:"currency"`
+	}
+	type response struct {
+		Account accountJSON `json:"account"`
+		Created bool        `json:"created"`
+		Granted bool        `json:"granted"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := accountID(r)
+		if err != nil {
+			return err
+		}
+		var req request
+		if err := decodeJSON(w, r, smallBody, &req); err != nil {
+			return err
+		}
+		if req.Currency == nil || !currencyPattern.MatchString(*req.Currency) {
+			return badRequest("invalid_currency", `currency is required: a lower-case ISO 4217 code such as "usd"`)
+		}
+		out, err := d.Ledger.CreateAccount(r.Context(), d.Pool, id, *req.Currency, d.Config.SignupGrant)
+		if err != nil {
+			return err
+		}
+		status := http.StatusOK
+		if out.Created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, response{Account: accountOut(out.Account), Created: out.Created, Granted: out.Granted})
+		return nil
+	})
+}
+
+func handleGetAccount(d Deps) http.Handler {
+	type response struct {
+		Account accountJSON `json:"account"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := accountID(r)
+		if err != nil {
+			return err
+		}
+		acct, err := getAccount(r, d, id)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, response{Account: accountOut(acct)})
+		return nil
+	})
+}
+
+// handleListEntries pages through an account's entries newest first. The cursor is an entry id
+// (keyset on ledger_account_id_idx): entries posted while a client walks the pages are newer than
+// every cursor it holds, so they never shift a page, and each older entry is returned exactly once.
+func handleListEntries(d Deps) http.Handler {
+	type response struct {
+		Entries []entryJSON `json:"entries"`
+		Next    *string     `json:"next"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := accountID(r)
+		if err != nil {
+			return err
+		}
+		limit, err := pageSize(r)
+		if err != nil {
+			return err
+		}
+		before, err := cursor(r, "before")
+		if err != nil {
+			return err
+		}
+		if _, err := getAccount(r, d, id); err != nil {
+			return err
+		}
+		// One more than asked tells whether there is a next page without a count.
+		entries, err := db.Entries(r.Context(), d.Pool, id, before, int32(limit+1))
+		if err != nil {
+			return err
+		}
+		out := response{Entries: []entryJSON{}}
+		for i, e := range entries {
+			if i == limit {
+				next := strconv.FormatInt(entries[i-1].ID, 10)
+				out.Next = &next
+				break
+			}
+			out.Entries = append(out.Entries, entryOut(e))
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+}
+
+// pageSize is ?limit=, 1..maxPageSize, defaultPageSize when absent.
+func pageSize(r *http.Request) (int, error) {
+	raw := r.URL.Query().Get("limit")
+	if raw == "" {
+		return defaultPageSize, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > maxPageSize {
+		return 0, badRequest("invalid_limit", "limit must be a whole number from 1 to "+strconv.Itoa(maxPageSize))
+	}
+	return n, nil
+}
+
+// cursor is the keyset cursor in query parameter name: a positive id, 0 when absent.
+func cursor(r *http.Request, name string) (int64, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < 1 {
+		return 0, badRequest("invalid_"+name, name+" must be a cursor returned as next by an earlier page")
+	}
+	return n, nil
+}
