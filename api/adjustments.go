@@ -114,4 +114,3 @@ func printableASCII(s string) bool {
 	}
 	return true
 }
-

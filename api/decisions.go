@@ -15,9 +15,9 @@ const (
 )
 
 type decisionJSON struct {
-	ID         string     `json:"id"`
-	AccountID  string     `json:"account_id"`
-	Cost       *int64     `json:"cost"`
+	ID         string  `json:"id"`
+	AccountID  string  `json:"account_id"`
+	Cost       *int64  `json:"cost"`
 	OccurredAt *string `json:"occurred_at"`
 }
 
@@ -132,4 +132,3 @@ func checkDecisions(batch []decisionJSON) error {
 	}
 	return nil
 }
-

@@ -192,7 +192,13 @@ func (s *server) count(query string, args ...any) int64 {
 // post writes entries straight through the ledger, for fixtures that need many of them fast.
 func (s *server) post(ps ...db.Posting) {
 	s.t.Helper()
-	err := db.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
+	if err := postAll(s.pool, ps); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func postAll(pool *pgxpool.Pool, ps []db.Posting) error {
+	return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, p := range ps {
 			if _, err := (db.Ledger{}).Post(context.Background(), tx, p); err != nil {
 				return err
@@ -200,8 +206,4 @@ func (s *server) post(ps ...db.Posting) {
 		}
 		return nil
 	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
 }
-

@@ -1,0 +1,173 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func adjust(s *server, account, key string, body any) reply {
+	s.t.Helper()
+	return s.call(http.MethodPost, "/v1/accounts/"+account+"/adjustments", body, "Idempotency-Key", key)
+}
+
+func TestAdjustmentPostsOnceAndReplays(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_a", "usd", 0)
+	s.createAccount("acct_b", "usd", 0)
+	body := map[string]any{"amount": 300, "description": "goodwill"}
+
+	first := adjust(s, "acct_a", "k1", body).want(t, http.StatusCreated, "")
+	entry := first.JSON["entry"].(map[string]any)
+	if first.JSON["posted"] != true || entry["amount"] != float64(300) || entry["kind"] != "adjustment" ||
+		entry["dedupe_key"] != "api:acct_a:k1" {
+		t.Fatalf("first: %s", first.Body)
+	}
+	replay := adjust(s, "acct_a", "k1", body).want(t, http.StatusOK, "")
+	if replay.JSON["posted"] != false || replay.JSON["entry"].(map[string]any)["id"] != entry["id"] {
+		t.Fatalf("replay is not the original entry: %s", replay.Body)
+	}
+	adjust(s, "acct_a", "k1", map[string]any{"amount": 301, "description": "goodwill"}).want(t, http.StatusConflict, "idempotency_conflict")
+	adjust(s, "acct_a", "k1", map[string]any{"amount": 300, "description": "other"}).want(t, http.StatusConflict, "idempotency_conflict")
+	adjust(s, "acct_a", "k1", map[string]any{"amount": 300}).want(t, http.StatusConflict, "idempotency_conflict")
+	// The key is the caller's per account: another account's k1 is another adjustment.
+	adjust(s, "acct_b", "k1", body).want(t, http.StatusCreated, "")
+
+	if a, b := s.balance("acct_a"), s.balance("acct_b"); a != 300 || b != 300 {
+		t.Fatalf("balances %d and %d, want 300 each", a, b)
+	}
+	if n := s.count(`SELECT count(*) FROM ledger WHERE kind = 'adjustment'`); n != 2 {
+		t.Fatalf("%d adjustment entries, want 2", n)
+	}
+}
+
+func TestAdjustmentRefusesOverdraw(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_o", "usd", 100)
+
+	adjust(s, "acct_o", "debit-1", map[string]any{"amount": -150}).want(t, http.StatusConflict, "insufficient_balance")
+	if b := s.balance("acct_o"); b != 100 {
+		t.Fatalf("balance %d after a refused debit, want 100", b)
+	}
+	// A refused key stored nothing, so the same key can be used once the balance allows it.
+	adjust(s, "acct_o", "debit-1", map[string]any{"amount": -100}).want(t, http.StatusCreated, "")
+	if b := s.balance("acct_o"); b != 0 {
+		t.Fatalf("balance %d, want 0", b)
+	}
+	adjust(s, "acct_o", "debit-2", map[string]any{"amount": -1}).want(t, http.StatusConflict, "insufficient_balance")
+	if n := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_o'`); n != 2 {
+		t.Fatalf("%d entries, want the credit and one debit", n)
+	}
+}
+
+func TestAdjustmentRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_bad", "usd", 0)
+	path := "/v1/accounts/acct_bad/adjustments"
+	cases := []struct {
+		name   string
+		path   string
+		key    string
+		body   any
+		status int
+		code   string
+	}{
+		{"no Idempotency-Key", path, "", `{"amount":5}`, 400, "missing_idempotency_key"},
+		{"Idempotency-Key too long", path, strings.Repeat("k", 256), `{"amount":5}`, 400, "invalid_idempotency_key"},
+		{"Idempotency-Key with a space", path, "a b", `{"amount":5}`, 400, "invalid_idempotency_key"},
+		{"zero amount", path, "k", `{"amount":0}`, 400, "invalid_amount"},
+		{"missing amount", path, "k", `{"description":"x"}`, 400, "invalid_amount"},
+		{"fractional amount", path, "k", `{"amount":1.5}`, 400, "invalid_amount"},
+		{"amount as a string", path, "k", `{"amount":"5"}`, 400, "invalid_amount"},
+		{"amount beyond int64", path, "k", `{"amount":9223372036854775808}`, 400, "invalid_amount"},
+		{"description of the wrong type", path, "k", `{"amount":5,"description":7}`, 400, "invalid_description"},
+		{"description too long", path, "k", `{"amount":5,"description":"` + strings.Repeat("d", 1001) + `"}`, 400, "invalid_description"},
+		{"unknown field", path, "k", `{"amount":5,"kind":"topup"}`, 400, "unknown_field"},
+		{"empty body", path, "k", ``, 400, "empty_body"},
+		{"invalid account id", "/v1/accounts/a$b/adjustments", "k", `{"amount":5}`, 400, "invalid_account_id"},
+		{"unknown account", "/v1/accounts/nobody/adjustments", "k", `{"amount":5}`, 404, "account_not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			adjustPath := strings.TrimSuffix(strings.TrimPrefix(c.path, "/v1/accounts/"), "/adjustments")
+			adjust(s, adjustPath, c.key, c.body).want(t, c.status, c.code)
+		})
+	}
+	if n := s.count(`SELECT count(*) FROM ledger`); n != 0 {
+		t.Fatalf("bad input wrote %d entries", n)
+	}
+}
+
+// TestAdjustmentSameKeyConcurrently: 30 simultaneous requests with one Idempotency-Key post one entry;
+// the others are replays of it.
+func TestAdjustmentSameKeyConcurrently(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_c", "usd", 0)
+
+	const n = 30
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			statuses <- adjust(s, "acct_c", "same-key", map[string]any{"amount": 700, "description": "once"}).Status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for st := range statuses {
+		count[st]++
+	}
+	if count[http.StatusCreated] != 1 || count[http.StatusOK] != n-1 {
+		t.Fatalf("statuses %v, want one 201 and %d 200", count, n-1)
+	}
+	if b := s.balance("acct_c"); b != 700 {
+		t.Fatalf("balance %d, want 700", b)
+	}
+	if e := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_c'`); e != 1 {
+		t.Fatalf("%d entries, want 1", e)
+	}
+}
+
+// TestAdjustmentsConcurrentDebitsNeverOverdraw: 30 simultaneous debits with their own keys against a
+// balance covering 14 of them: exactly 14 post, the balance never goes below zero, and it equals the
+// sum of the entries.
+func TestAdjustmentsConcurrentDebitsNeverOverdraw(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_d", "usd", 1000)
+
+	const n, debit = 30, 70
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			statuses <- adjust(s, "acct_d", fmt.Sprintf("debit-%d", i), map[string]any{"amount": -debit}).Status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for st := range statuses {
+		count[st]++
+	}
+	if count[http.StatusCreated] != 1000/debit || count[http.StatusConflict] != n-1000/debit {
+		t.Fatalf("statuses %v, want %d posted and the rest refused", count, 1000/debit)
+	}
+	b := s.balance("acct_d")
+	if b != 1000-debit*(1000/debit) || b < 0 {
+		t.Fatalf("balance %d, want %d", b, 1000-debit*(1000/debit))
+	}
+	if sum := s.count(`SELECT coalesce(sum(amount), 0) FROM ledger WHERE account_id = 'acct_d'`); sum != b {
+		t.Fatalf("entries sum to %d, balance is %d", sum, b)
+	}
+	if debits := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_d' AND amount < 0`); debits != int64(count[http.StatusCreated]) {
+		t.Fatalf("%d debit entries, %d answered 201", debits, count[http.StatusCreated])
+	}
+}
