@@ -25,6 +25,7 @@ commands:
   migrate down N        revert the last N migrations
   migrate version       print the schema version
   verify                check every ledger invariant; non-zero exit on any violation
+  demo                  run the server on a scratch database and show every guarantee at work
   version               print the binary's version and schema version
 
 configuration is read from the environment: see README.md`
@@ -66,6 +67,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrateCmd(ctx, e, rest)
 	case "verify":
 		return verify(ctx, e, rest)
+	case "demo":
+		return demo(ctx, e, getenv)
 	case "version":
 		latest, err := db.LatestMigration()
 		if err != nil {
