@@ -73,6 +73,15 @@ func accountID(r *http.Request) (string, error) {
 	return id, nil
 }
 
+// decodeAccountRequest checks the {id} of an /v1/accounts/{id}/… route, then decodes the body into dst.
+func decodeAccountRequest(w http.ResponseWriter, r *http.Request, dst any) (string, error) {
+	id, err := accountID(r)
+	if err != nil {
+		return "", err
+	}
+	return id, decodeJSON(w, r, smallBody, dst)
+}
+
 // getAccount reads the account, answering a missing one as 404 account_not_found.
 func getAccount(r *http.Request, d Deps, id string) (db.Account, error) {
 	acct, err := db.GetAccount(r.Context(), d.Pool, id)
@@ -95,12 +104,9 @@ func handlePutAccount(d Deps) http.Handler {
 		Granted bool        `json:"granted"`
 	}
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
-		id, err := accountID(r)
-		if err != nil {
-			return err
-		}
 		var req request
-		if err := decodeJSON(w, r, smallBody, &req); err != nil {
+		id, err := decodeAccountRequest(w, r, &req)
+		if err != nil {
 			return err
 		}
 		if req.Currency == nil || !currencyPattern.MatchString(*req.Currency) {
@@ -150,58 +156,50 @@ func handleListEntries(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
-		limit, err := pageSize(r)
-		if err != nil {
-			return err
-		}
-		before, err := cursor(r, "before")
+		limit, before, err := pageQuery(r, "before")
 		if err != nil {
 			return err
 		}
 		if _, err := getAccount(r, d, id); err != nil {
 			return err
 		}
-		// One more than asked tells whether there is a next page without a count.
 		entries, err := db.Entries(r.Context(), d.Pool, id, before, int32(limit+1))
 		if err != nil {
 			return err
 		}
-		out := response{Entries: []entryJSON{}}
+		entries, next := onePage(entries, limit, func(e db.Entry) int64 { return e.ID })
+		out := response{Entries: make([]entryJSON, len(entries)), Next: next}
 		for i, e := range entries {
-			if i == limit {
-				next := strconv.FormatInt(entries[i-1].ID, 10)
-				out.Next = &next
-				break
-			}
-			out.Entries = append(out.Entries, entryOut(e))
+			out.Entries[i] = entryOut(e)
 		}
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
 }
 
-// pageSize is ?limit=, 1..maxPageSize, defaultPageSize when absent.
-func pageSize(r *http.Request) (int, error) {
-	raw := r.URL.Query().Get("limit")
-	if raw == "" {
-		return defaultPageSize, nil
+// pageQuery reads a listing's ?limit= (1..maxPageSize, defaultPageSize when absent) and its keyset
+// cursor, the query parameter cursorName (a positive id, 0 when absent).
+func pageQuery(r *http.Request, cursorName string) (limit int, cursor int64, err error) {
+	limit = defaultPageSize
+	if raw := r.URL.Query().Get("limit"); raw != "" {
+		if limit, err = strconv.Atoi(raw); err != nil || limit < 1 || limit > maxPageSize {
+			return 0, 0, badRequest("invalid_limit", "limit must be a whole number from 1 to "+strconv.Itoa(maxPageSize))
+		}
 	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < 1 || n > maxPageSize {
-		return 0, badRequest("invalid_limit", "limit must be a whole number from 1 to "+strconv.Itoa(maxPageSize))
+	if raw := r.URL.Query().Get(cursorName); raw != "" {
+		if cursor, err = strconv.ParseInt(raw, 10, 64); err != nil || cursor < 1 {
+			return 0, 0, badRequest("invalid_"+cursorName, cursorName+" must be a cursor returned as next by an earlier page")
+		}
 	}
-	return n, nil
+	return limit, cursor, nil
 }
 
-// cursor is the keyset cursor in query parameter name: a positive id, 0 when absent.
-func cursor(r *http.Request, name string) (int64, error) {
-	raw := r.URL.Query().Get(name)
-	if raw == "" {
-		return 0, nil
+// onePage cuts rows, fetched with limit+1 so that no count is needed, to one page, and returns the
+// cursor of the next page: the key of the page's last row, or nil when there is no next page.
+func onePage[T any](rows []T, limit int, key func(T) int64) ([]T, *string) {
+	if len(rows) <= limit {
+		return rows, nil
 	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || n < 1 {
-		return 0, badRequest("invalid_"+name, name+" must be a cursor returned as next by an earlier page")
-	}
-	return n, nil
+	next := strconv.FormatInt(key(rows[limit-1]), 10)
+	return rows[:limit], &next
 }

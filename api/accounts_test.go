@@ -25,12 +25,7 @@ func TestPutAccountCreatesOnceAndGrantsOnce(t *testing.T) {
 	}
 	s.call(http.MethodPut, "/v1/accounts/acct_1", map[string]string{"currency": "eur"}).want(t, http.StatusConflict, "currency_mismatch")
 
-	if b := s.balance("acct_1"); b != 500 {
-		t.Fatalf("balance %d, want one grant of 500", b)
-	}
-	if n := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_1'`); n != 1 {
-		t.Fatalf("%d entries, want the one grant", n)
-	}
+	s.wantMoney("acct_1", 500, 1) // one grant
 }
 
 func TestGetAccount(t *testing.T) {

@@ -50,16 +50,13 @@ func handlePostAdjustment(d Deps) http.Handler {
 		Entry  entryJSON `json:"entry"`
 	}
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
-		id, err := accountID(r)
-		if err != nil {
-			return err
-		}
 		key, err := idempotencyKey(r)
 		if err != nil {
 			return err
 		}
 		var req request
-		if err := decodeJSON(w, r, smallBody, &req); err != nil {
+		id, err := decodeAccountRequest(w, r, &req)
+		if err != nil {
 			return err
 		}
 		if req.Amount == nil || *req.Amount == 0 {

@@ -36,12 +36,8 @@ func TestAdjustmentPostsOnceAndReplays(t *testing.T) {
 	// The key is the caller's per account: another account's k1 is another adjustment.
 	adjust(s, "acct_b", "k1", body).want(t, http.StatusCreated, "")
 
-	if a, b := s.balance("acct_a"), s.balance("acct_b"); a != 300 || b != 300 {
-		t.Fatalf("balances %d and %d, want 300 each", a, b)
-	}
-	if n := s.count(`SELECT count(*) FROM ledger WHERE kind = 'adjustment'`); n != 2 {
-		t.Fatalf("%d adjustment entries, want 2", n)
-	}
+	s.wantMoney("acct_a", 300, 1)
+	s.wantMoney("acct_b", 300, 1)
 }
 
 func TestAdjustmentRefusesOverdraw(t *testing.T) {
@@ -55,13 +51,8 @@ func TestAdjustmentRefusesOverdraw(t *testing.T) {
 	}
 	// A refused key stored nothing, so the same key can be used once the balance allows it.
 	adjust(s, "acct_o", "debit-1", map[string]any{"amount": -100}).want(t, http.StatusCreated, "")
-	if b := s.balance("acct_o"); b != 0 {
-		t.Fatalf("balance %d, want 0", b)
-	}
 	adjust(s, "acct_o", "debit-2", map[string]any{"amount": -1}).want(t, http.StatusConflict, "insufficient_balance")
-	if n := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_o'`); n != 2 {
-		t.Fatalf("%d entries, want the credit and one debit", n)
-	}
+	s.wantMoney("acct_o", 0, 2) // the credit and one debit
 }
 
 func TestAdjustmentRefusesBadInput(t *testing.T) {
@@ -103,6 +94,22 @@ func TestAdjustmentRefusesBadInput(t *testing.T) {
 	}
 }
 
+// concurrently runs request n times at once and counts the statuses it returned.
+func concurrently(n int, request func(i int) int) map[int]int {
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { statuses <- request(i) })
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for st := range statuses {
+		count[st]++
+	}
+	return count
+}
+
 // TestAdjustmentSameKeyConcurrently: 30 simultaneous requests with one Idempotency-Key post one entry;
 // the others are replays of it.
 func TestAdjustmentSameKeyConcurrently(t *testing.T) {
@@ -111,28 +118,13 @@ func TestAdjustmentSameKeyConcurrently(t *testing.T) {
 	s.createAccount("acct_c", "usd", 0)
 
 	const n = 30
-	statuses := make(chan int, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			statuses <- adjust(s, "acct_c", "same-key", map[string]any{"amount": 700, "description": "once"}).Status
-		})
-	}
-	wg.Wait()
-	close(statuses)
-	count := map[int]int{}
-	for st := range statuses {
-		count[st]++
-	}
+	count := concurrently(n, func(int) int {
+		return adjust(s, "acct_c", "same-key", map[string]any{"amount": 700, "description": "once"}).Status
+	})
 	if count[http.StatusCreated] != 1 || count[http.StatusOK] != n-1 {
 		t.Fatalf("statuses %v, want one 201 and %d 200", count, n-1)
 	}
-	if b := s.balance("acct_c"); b != 700 {
-		t.Fatalf("balance %d, want 700", b)
-	}
-	if e := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_c'`); e != 1 {
-		t.Fatalf("%d entries, want 1", e)
-	}
+	s.wantMoney("acct_c", 700, 1)
 }
 
 // TestAdjustmentsConcurrentDebitsNeverOverdraw: 30 simultaneous debits with their own keys against a
@@ -144,19 +136,9 @@ func TestAdjustmentsConcurrentDebitsNeverOverdraw(t *testing.T) {
 	s.createAccount("acct_d", "usd", 1000)
 
 	const n, debit = 30, 70
-	statuses := make(chan int, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			statuses <- adjust(s, "acct_d", fmt.Sprintf("debit-%d", i), map[string]any{"amount": -debit}).Status
-		})
-	}
-	wg.Wait()
-	close(statuses)
-	count := map[int]int{}
-	for st := range statuses {
-		count[st]++
-	}
+	count := concurrently(n, func(i int) int {
+		return adjust(s, "acct_d", fmt.Sprintf("debit-%d", i), map[string]any{"amount": -debit}).Status
+	})
 	if count[http.StatusCreated] != 1000/debit || count[http.StatusConflict] != n-1000/debit {
 		t.Fatalf("statuses %v, want %d posted and the rest refused", count, 1000/debit)
 	}

@@ -34,7 +34,7 @@ func authenticate(digests [][sha256.Size]byte, header string) *Error {
 	}
 	key, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || key == "" {
-		return unauthorized("missing_api_key", "send Authorization: Bearer <key>")
+		return unauthorized("missing_api_key", "send the header Authorization: Bearer YOUR_KEY")
 	}
 	got := sha256.Sum256([]byte(key))
 	match := 0

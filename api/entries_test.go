@@ -26,6 +26,21 @@ func entryPage(s *server, account string, limit int, before string) ([]int64, st
 	return ids, next
 }
 
+// walkEntries follows the next cursors from the newest page to the last, returning every id seen and
+// each page's size.
+func walkEntries(s *server, account string, limit int) (ids []int64, sizes []int) {
+	s.t.Helper()
+	next := ""
+	for {
+		page, cursor := entryPage(s, account, limit, next)
+		ids, sizes = append(ids, page...), append(sizes, len(page))
+		if cursor == "" {
+			return ids, sizes
+		}
+		next = cursor
+	}
+}
+
 func credits(account string, n, from int) []db.Posting {
 	ps := make([]db.Posting, n)
 	for i := range ps {
@@ -40,17 +55,7 @@ func TestEntriesNewestFirstInPages(t *testing.T) {
 	s.createAccount("acct_p", "usd", 0)
 	s.post(credits("acct_p", 7, 0)...)
 
-	var all []int64
-	var sizes []int
-	next := ""
-	for {
-		ids, cursor := entryPage(s, "acct_p", 3, next)
-		all, sizes = append(all, ids...), append(sizes, len(ids))
-		if cursor == "" {
-			break
-		}
-		next = cursor
-	}
+	all, sizes := walkEntries(s, "acct_p", 3)
 	if fmt.Sprint(sizes) != "[3 3 1]" {
 		t.Fatalf("page sizes %v, want [3 3 1]", sizes)
 	}
@@ -119,17 +124,10 @@ func TestEntriesWalkWhilePosting(t *testing.T) {
 			}
 		}
 	})
+	walked, _ := walkEntries(s, "acct_w", 7)
 	seen := map[int64]int{}
-	next := ""
-	for {
-		ids, cursor := entryPage(s, "acct_w", 7, next)
-		for _, id := range ids {
-			seen[id]++
-		}
-		if cursor == "" {
-			break
-		}
-		next = cursor
+	for _, id := range walked {
+		seen[id]++
 	}
 	close(stop)
 	wg.Wait()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/stripeapi"
 )
 
 // errorBody is every error on the wire: {"ok":false,"error":{"code":"snake_case","message":"…"}}.
@@ -47,6 +48,7 @@ var errorTable = []struct {
 	{db.ErrCurrencyMismatch, http.StatusConflict, "currency_mismatch"},
 	{db.ErrInvalidAmount, http.StatusBadRequest, "invalid_amount"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
+	{stripeapi.ErrNotConfigured, http.StatusServiceUnavailable, "stripe_not_configured"},
 }
 
 // handle adapts a handler that returns its error to http.Handler, answering the error through the

@@ -179,6 +179,17 @@ func (s *server) balance(id string) int64 {
 	return acct.Balance
 }
 
+// wantMoney fails the test unless the account's balance and number of entries are these.
+func (s *server) wantMoney(account string, balance, entries int64) {
+	s.t.Helper()
+	if b := s.balance(account); b != balance {
+		s.t.Fatalf("%s: balance %d, want %d", account, b, balance)
+	}
+	if n := s.count(`SELECT count(*) FROM ledger WHERE account_id = $1`, account); n != entries {
+		s.t.Fatalf("%s: %d entries, want %d", account, n, entries)
+	}
+}
+
 // count returns the single integer a query answers.
 func (s *server) count(query string, args ...any) int64 {
 	s.t.Helper()

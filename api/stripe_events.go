@@ -3,7 +3,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/onceledger/onceledger/db/dbsqlc"
@@ -42,11 +41,7 @@ func handleListStripeEvents(d Deps) http.Handler {
 			}
 			outcome = &raw
 		}
-		limit, err := pageSize(r)
-		if err != nil {
-			return err
-		}
-		after, err := cursor(r, "after")
+		limit, after, err := pageQuery(r, "after")
 		if err != nil {
 			return err
 		}
@@ -56,13 +51,9 @@ func handleListStripeEvents(d Deps) http.Handler {
 		if err != nil {
 			return fmt.Errorf("list stripe events: %w", err)
 		}
-		out := response{Events: []stripeEventJSON{}}
-		for i, e := range rows {
-			if i == limit {
-				next := strconv.FormatInt(rows[i-1].Seq, 10)
-				out.Next = &next
-				break
-			}
+		rows, next := onePage(rows, limit, func(e dbsqlc.StripeEventsListRow) int64 { return e.Seq })
+		out := response{Events: make([]stripeEventJSON, 0, len(rows)), Next: next}
+		for _, e := range rows {
 			out.Events = append(out.Events, stripeEventJSON{
 				ID: e.EventID, Seq: e.Seq, Type: e.Type, APIVersion: e.ApiVersion, Livemode: e.Livemode,
 				Created: e.Created, ReceivedAt: e.ReceivedAt, Outcome: e.Outcome, ParkedReason: e.ParkedReason,

@@ -55,14 +55,11 @@ func handlePostTopup(d Deps) http.Handler {
 	sc := stripeapi.New(d.Config)
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
 		if sc == nil {
-			return &Error{Status: http.StatusServiceUnavailable, Code: "stripe_not_configured", Message: stripeapi.ErrNotConfigured.Error()}
-		}
-		id, err := accountID(r)
-		if err != nil {
-			return err
+			return stripeapi.ErrNotConfigured
 		}
 		var req request
-		if err := decodeJSON(w, r, smallBody, &req); err != nil {
+		id, err := decodeAccountRequest(w, r, &req)
+		if err != nil {
 			return err
 		}
 		if req.Amount == nil || *req.Amount <= 0 {
@@ -109,6 +106,7 @@ func handlePostTopup(d Deps) http.Handler {
 		params.Context = r.Context()
 		session, err := sc.CheckoutSessions.New(params)
 		if err != nil {
+			d.Log.WarnContext(r.Context(), "checkout session not created", "topup", order.ID, "err", err)
 			return stripeFailure(err)
 		}
 		order, err = q.TopupSetSession(r.Context(), dbsqlc.TopupSetSessionParams{
