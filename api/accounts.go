@@ -23,6 +23,9 @@ var (
 const (
 	// smallBody bounds the JSON bodies of single-object requests.
 	smallBody = 16 << 10
+	// maxAmount bounds every amount and cost (10^15 minor units, ten trillion dollars), far inside
+	// bigint, so that no balance or sum of them can overflow.
+	maxAmount = 1_000_000_000_000_000
 	// Page sizes of the listings.
 	defaultPageSize = 50
 	maxPageSize     = 500

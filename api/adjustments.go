@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -59,15 +60,16 @@ func handlePostAdjustment(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
-		if req.Amount == nil || *req.Amount == 0 {
-			return badRequest("invalid_amount", "amount is required: a non-zero whole number of minor units")
+		if req.Amount == nil || *req.Amount == 0 || *req.Amount > maxAmount || *req.Amount < -maxAmount {
+			return badRequest("invalid_amount", "amount is required: a non-zero whole number of minor units, at most 10^15 either way")
 		}
 		description := ""
 		if req.Description != nil {
 			description = *req.Description
 		}
-		if utf8.RuneCountInString(description) > maxDescription {
-			return badRequest("invalid_description", fmt.Sprintf("description must be at most %d characters", maxDescription))
+		// PostgreSQL text cannot hold NUL.
+		if utf8.RuneCountInString(description) > maxDescription || strings.ContainsRune(description, 0) {
+			return badRequest("invalid_description", fmt.Sprintf("description must be at most %d characters, without NUL", maxDescription))
 		}
 
 		posted, err := postAdjustment(r.Context(), d, db.Posting{

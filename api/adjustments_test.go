@@ -76,6 +76,8 @@ func TestAdjustmentRefusesBadInput(t *testing.T) {
 		{"fractional amount", path, "k", `{"amount":1.5}`, 400, "invalid_amount"},
 		{"amount as a string", path, "k", `{"amount":"5"}`, 400, "invalid_amount"},
 		{"amount beyond int64", path, "k", `{"amount":9223372036854775808}`, 400, "invalid_amount"},
+		{"amount that would overflow a balance", path, "k", `{"amount":9223372036854775807}`, 400, "invalid_amount"},
+		{"description with NUL", path, "k", `{"amount":5,"description":"a\u0000b"}`, 400, "invalid_description"},
 		{"description of the wrong type", path, "k", `{"amount":5,"description":7}`, 400, "invalid_description"},
 		{"description too long", path, "k", `{"amount":5,"description":"` + strings.Repeat("d", 1001) + `"}`, 400, "invalid_description"},
 		{"unknown field", path, "k", `{"amount":5,"kind":"topup"}`, 400, "unknown_field"},

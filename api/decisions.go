@@ -121,8 +121,8 @@ func checkDecisions(batch []decisionJSON) error {
 			return badRequest("invalid_id", fmt.Sprintf("decision %d: id must be 1-128 characters of [A-Za-z0-9_.:-]", i))
 		case !accountIDPattern.MatchString(dec.AccountID):
 			return badRequest("invalid_account_id", fmt.Sprintf("decision %d (%s): account_id must be 1-64 characters of [A-Za-z0-9_.:-]", i, dec.ID))
-		case dec.Cost == nil || *dec.Cost <= 0:
-			return badRequest("invalid_cost", fmt.Sprintf("decision %d (%s): cost is required: a positive whole number of minor units", i, dec.ID))
+		case dec.Cost == nil || *dec.Cost <= 0 || *dec.Cost > maxAmount:
+			return badRequest("invalid_cost", fmt.Sprintf("decision %d (%s): cost is required: a positive whole number of minor units, at most 10^15", i, dec.ID))
 		}
 		if dec.OccurredAt != nil {
 			if _, err := time.Parse(time.RFC3339Nano, *dec.OccurredAt); err != nil {

@@ -81,6 +81,7 @@ func TestDecisionsRefuseBadInputWholly(t *testing.T) {
 		{"zero cost", `[` + good + `,{"id":"x","account_id":"acct_a","cost":0}]`, 400, "invalid_cost"},
 		{"negative cost", `[` + good + `,{"id":"x","account_id":"acct_a","cost":-3}]`, 400, "invalid_cost"},
 		{"fractional cost", `[` + good + `,{"id":"x","account_id":"acct_a","cost":2.5}]`, 400, "invalid_cost"},
+		{"huge cost", `[` + good + `,{"id":"x","account_id":"acct_a","cost":9223372036854775807}]`, 400, "invalid_cost"},
 		{"missing cost", `[` + good + `,{"id":"x","account_id":"acct_a"}]`, 400, "invalid_cost"},
 		{"bad occurred_at", `[` + good + `,{"id":"x","account_id":"acct_a","cost":1,"occurred_at":"yesterday"}]`, 400, "invalid_occurred_at"},
 		{"unknown field", `[` + good + `,{"id":"x","account_id":"acct_a","cost":1,"billed":true}]`, 400, "unknown_field"},

@@ -62,8 +62,8 @@ func handlePostTopup(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
-		if req.Amount == nil || *req.Amount <= 0 {
-			return badRequest("invalid_amount", "amount is required: a positive whole number of minor units")
+		if req.Amount == nil || *req.Amount <= 0 || *req.Amount > maxAmount {
+			return badRequest("invalid_amount", "amount is required: a positive whole number of minor units, at most 10^15")
 		}
 		if req.SuccessURL == nil || !webURL(*req.SuccessURL) {
 			return badRequest("invalid_success_url", "success_url is required: an absolute http(s) URL")

@@ -141,6 +141,7 @@ func TestTopupRefusesBadInput(t *testing.T) {
 		{"zero amount", "acct_tb", map[string]any{"amount": 0, "success_url": ok}, 400, "invalid_amount"},
 		{"negative amount", "acct_tb", map[string]any{"amount": -5, "success_url": ok}, 400, "invalid_amount"},
 		{"fractional amount", "acct_tb", `{"amount":10.5,"success_url":"https://example.com/ok"}`, 400, "invalid_amount"},
+		{"huge amount", "acct_tb", map[string]any{"amount": int64(1) << 62, "success_url": ok}, 400, "invalid_amount"},
 		{"missing amount", "acct_tb", map[string]any{"success_url": ok}, 400, "invalid_amount"},
 		{"missing success_url", "acct_tb", map[string]any{"amount": 500}, 400, "invalid_success_url"},
 		{"relative success_url", "acct_tb", map[string]any{"amount": 500, "success_url": "/ok"}, 400, "invalid_success_url"},
