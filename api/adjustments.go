@@ -98,16 +98,18 @@ func idempotencyKey(r *http.Request) (string, error) {
 		return "", badRequest("missing_idempotency_key", "the Idempotency-Key header is required")
 	}
 	key := values[0]
-	if len(values) > 1 || len(key) > maxIdempotencyKey || !printableASCII(key) {
+	if len(values) > 1 || len(key) > maxIdempotencyKey || !idempotencyKeyChars(key) {
 		return "", badRequest("invalid_idempotency_key",
-			fmt.Sprintf("Idempotency-Key must be one value of 1-%d printable ASCII characters", maxIdempotencyKey))
+			fmt.Sprintf("Idempotency-Key must be one value of 1-%d printable ASCII characters other than ':'", maxIdempotencyKey))
 	}
 	return key, nil
 }
 
-func printableASCII(s string) bool {
+// idempotencyKeyChars allows printable ASCII but ':'. Account ids may hold ':', so a key holding one
+// could make api:{account}:{key} of one account equal another's ("a" + "b:c" vs "a:b" + "c").
+func idempotencyKeyChars(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
+		if s[i] < 0x21 || s[i] > 0x7e || s[i] == ':' {
 			return false
 		}
 	}

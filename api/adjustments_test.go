@@ -70,6 +70,7 @@ func TestAdjustmentRefusesBadInput(t *testing.T) {
 	}{
 		{"no Idempotency-Key", path, "", `{"amount":5}`, 400, "missing_idempotency_key"},
 		{"Idempotency-Key too long", path, strings.Repeat("k", 256), `{"amount":5}`, 400, "invalid_idempotency_key"},
+		{"Idempotency-Key with a colon", path, "a:b", `{"amount":5}`, 400, "invalid_idempotency_key"},
 		{"Idempotency-Key with a space", path, "a b", `{"amount":5}`, 400, "invalid_idempotency_key"},
 		{"zero amount", path, "k", `{"amount":0}`, 400, "invalid_amount"},
 		{"missing amount", path, "k", `{"description":"x"}`, 400, "invalid_amount"},
