@@ -113,4 +113,5 @@ func TestAuthOnEveryV1Route(t *testing.T) {
 	}
 	// Either configured key works.
 	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "Bearer other_key").want(t, 200, "")
+	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "bearer "+testAPIKey).want(t, 200, "")
 }

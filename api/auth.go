@@ -32,11 +32,12 @@ func authenticate(digests [][sha256.Size]byte, header string) *Error {
 		return unauthorized("api_keys_not_configured",
 			"no API keys are configured: set ONCELEDGER_API_KEYS (comma-separated) to enable /v1")
 	}
-	key, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || key == "" {
+	// The scheme is case-insensitive (RFC 9110); the key is not.
+	const scheme = "bearer "
+	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
 		return unauthorized("missing_api_key", "send the header Authorization: Bearer YOUR_KEY")
 	}
-	got := sha256.Sum256([]byte(key))
+	got := sha256.Sum256([]byte(header[len(scheme):]))
 	match := 0
 	for _, d := range digests {
 		match |= subtle.ConstantTimeCompare(got[:], d[:])
