@@ -69,7 +69,7 @@ func TestPutAccountRefusesBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s.call(http.MethodPut, c.path, c.body).want(t, c.status, c.code)
+			s.in(t).call(http.MethodPut, c.path, c.body).want(t, c.status, c.code)
 		})
 	}
 	if n := s.count(`SELECT count(*) FROM accounts`) + s.count(`SELECT count(*) FROM ledger`); n != 0 {
@@ -96,6 +96,7 @@ func TestAuthOnEveryV1Route(t *testing.T) {
 	}
 	for _, r := range v1 {
 		t.Run(r.method+" "+r.path, func(t *testing.T) {
+			withKeys, withoutKeys := withKeys.in(t), withoutKeys.in(t)
 			withKeys.call(r.method, r.path, r.body, "Authorization", "", "Idempotency-Key", "k").want(t, 401, "missing_api_key")
 			withKeys.call(r.method, r.path, r.body, "Authorization", "Basic "+testAPIKey, "Idempotency-Key", "k").want(t, 401, "missing_api_key")
 			withKeys.call(r.method, r.path, r.body, "Authorization", "Bearer wrong", "Idempotency-Key", "k").want(t, 401, "invalid_api_key")

@@ -59,37 +59,36 @@ func TestAdjustmentRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
 	s.createAccount("acct_bad", "usd", 0)
-	path := "/v1/accounts/acct_bad/adjustments"
+	account := "acct_bad"
 	cases := []struct {
-		name   string
-		path   string
-		key    string
-		body   any
-		status int
-		code   string
+		name    string
+		account string
+		key     string
+		body    any
+		status  int
+		code    string
 	}{
-		{"no Idempotency-Key", path, "", `{"amount":5}`, 400, "missing_idempotency_key"},
-		{"Idempotency-Key too long", path, strings.Repeat("k", 256), `{"amount":5}`, 400, "invalid_idempotency_key"},
-		{"Idempotency-Key with a colon", path, "a:b", `{"amount":5}`, 400, "invalid_idempotency_key"},
-		{"Idempotency-Key with a space", path, "a b", `{"amount":5}`, 400, "invalid_idempotency_key"},
-		{"zero amount", path, "k", `{"amount":0}`, 400, "invalid_amount"},
-		{"missing amount", path, "k", `{"description":"x"}`, 400, "invalid_amount"},
-		{"fractional amount", path, "k", `{"amount":1.5}`, 400, "invalid_amount"},
-		{"amount as a string", path, "k", `{"amount":"5"}`, 400, "invalid_amount"},
-		{"amount beyond int64", path, "k", `{"amount":9223372036854775808}`, 400, "invalid_amount"},
-		{"amount that would overflow a balance", path, "k", `{"amount":9223372036854775807}`, 400, "invalid_amount"},
-		{"description with NUL", path, "k", `{"amount":5,"description":"a\u0000b"}`, 400, "invalid_description"},
-		{"description of the wrong type", path, "k", `{"amount":5,"description":7}`, 400, "invalid_description"},
-		{"description too long", path, "k", `{"amount":5,"description":"` + strings.Repeat("d", 1001) + `"}`, 400, "invalid_description"},
-		{"unknown field", path, "k", `{"amount":5,"kind":"topup"}`, 400, "unknown_field"},
-		{"empty body", path, "k", ``, 400, "empty_body"},
-		{"invalid account id", "/v1/accounts/a$b/adjustments", "k", `{"amount":5}`, 400, "invalid_account_id"},
-		{"unknown account", "/v1/accounts/nobody/adjustments", "k", `{"amount":5}`, 404, "account_not_found"},
+		{"no Idempotency-Key", account, "", `{"amount":5}`, 400, "missing_idempotency_key"},
+		{"Idempotency-Key too long", account, strings.Repeat("k", 256), `{"amount":5}`, 400, "invalid_idempotency_key"},
+		{"Idempotency-Key with a colon", account, "a:b", `{"amount":5}`, 400, "invalid_idempotency_key"},
+		{"Idempotency-Key with a space", account, "a b", `{"amount":5}`, 400, "invalid_idempotency_key"},
+		{"zero amount", account, "k", `{"amount":0}`, 400, "invalid_amount"},
+		{"missing amount", account, "k", `{"description":"x"}`, 400, "invalid_amount"},
+		{"fractional amount", account, "k", `{"amount":1.5}`, 400, "invalid_amount"},
+		{"amount as a string", account, "k", `{"amount":"5"}`, 400, "invalid_amount"},
+		{"amount beyond int64", account, "k", `{"amount":9223372036854775808}`, 400, "invalid_amount"},
+		{"amount that would overflow a balance", account, "k", `{"amount":9223372036854775807}`, 400, "invalid_amount"},
+		{"description with NUL", account, "k", `{"amount":5,"description":"a\u0000b"}`, 400, "invalid_description"},
+		{"description of the wrong type", account, "k", `{"amount":5,"description":7}`, 400, "invalid_description"},
+		{"description too long", account, "k", `{"amount":5,"description":"` + strings.Repeat("d", 1001) + `"}`, 400, "invalid_description"},
+		{"unknown field", account, "k", `{"amount":5,"kind":"topup"}`, 400, "unknown_field"},
+		{"empty body", account, "k", ``, 400, "empty_body"},
+		{"invalid account id", "a$b", "k", `{"amount":5}`, 400, "invalid_account_id"},
+		{"unknown account", "nobody", "k", `{"amount":5}`, 404, "account_not_found"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			adjustPath := strings.TrimSuffix(strings.TrimPrefix(c.path, "/v1/accounts/"), "/adjustments")
-			adjust(s, adjustPath, c.key, c.body).want(t, c.status, c.code)
+			adjust(s.in(t), c.account, c.key, c.body).want(t, c.status, c.code)
 		})
 	}
 	if n := s.count(`SELECT count(*) FROM ledger`); n != 0 {

@@ -88,7 +88,7 @@ func TestDecisionsRefuseBadInputWholly(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s.call(http.MethodPost, "/v1/decisions", c.body).want(t, c.status, c.code)
+			s.in(t).call(http.MethodPost, "/v1/decisions", c.body).want(t, c.status, c.code)
 		})
 	}
 	if n := s.count(`SELECT count(*) FROM decisions`); n != 0 {

@@ -47,6 +47,13 @@ func newServer(t *testing.T, configure ...func(*config.Config)) *server {
 	return &server{t: t, url: ts.URL, pool: pool}
 }
 
+// in returns s reporting to t, for use inside a subtest.
+func (s *server) in(t *testing.T) *server {
+	c := *s
+	c.t = t
+	return &c
+}
+
 // reply is one response, its body decoded as far as JSON allows.
 type reply struct {
 	Status int
@@ -166,7 +173,7 @@ func (s *server) createAccount(id, currency string, credit int64) {
 	s.call(http.MethodPut, "/v1/accounts/"+id, map[string]string{"currency": currency}).want(s.t, http.StatusCreated, "")
 	if credit > 0 {
 		s.call(http.MethodPost, "/v1/accounts/"+id+"/adjustments", map[string]any{"amount": credit, "description": "opening credit"},
-			"Idempotency-Key", "opening-"+id).want(s.t, http.StatusCreated, "")
+			"Idempotency-Key", "opening-credit").want(s.t, http.StatusCreated, "")
 	}
 }
 

@@ -153,7 +153,7 @@ func TestTopupRefusesBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s.call(http.MethodPost, "/v1/accounts/"+c.account+"/topups", c.body).want(t, c.status, c.code)
+			s.in(t).call(http.MethodPost, "/v1/accounts/"+c.account+"/topups", c.body).want(t, c.status, c.code)
 		})
 	}
 	if n := s.count(`SELECT count(*) FROM topups`); n != 0 || len(stripe.requests) != 0 {
