@@ -178,9 +178,10 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// stripeStandIn is a LOOPBACK STAND-IN for the two Stripe API routes onceledger calls: creating a
-// Checkout Session (POST /v1/checkout/sessions, the API's top-ups) and listing a charge's refunds
-// (GET /v1/refunds?charge=…, the webhook's charge.refunded). It answers from what the demo told it.
+// stripeStandIn is a LOOPBACK STAND-IN for the Stripe API routes onceledger calls: creating a
+// Checkout Session (POST /v1/checkout/sessions, the API's top-ups), listing a charge's refunds
+// (GET /v1/refunds?charge=…, the webhook's charge.refunded) and listing events (GET /v1/events, the
+// reconciler's missed-webhook search; always empty here). It answers from what the demo told it.
 type stripeStandIn struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -220,6 +221,9 @@ func (s *stripeStandIn) serve(w http.ResponseWriter, r *http.Request) {
 			data = []map[string]any{}
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/refunds", "has_more": false, "data": data})
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/events":
+		// The reconciler's search for missed webhooks: the demo delivers every event, so none are missed.
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/events", "has_more": false, "data": []any{}})
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"error":{"type":"invalid_request_error","message":"the demo's Stripe stand-in does not serve %s %s"}}`, r.Method, r.URL.Path)
