@@ -55,6 +55,9 @@ lint: ## go vet and gofmt
 	go vet ./...
 	@test -z "$$(gofmt -l . | grep -v '^.bin/')" || (gofmt -l . ; echo 'gofmt: files above need formatting'; exit 1)
 
+demo: build ## run the server on a scratch database and show every guarantee at work (under a minute)
+	$(ONCELEDGER) demo
+
 clean: ## remove built binaries (keeps the private database in .data/)
 	rm -f $(ONCELEDGER)
 

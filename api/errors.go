@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/stripeapi"
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
@@ -50,6 +51,17 @@ var errorTable = []struct {
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
+	{stripeapi.ErrNotConfigured, http.StatusServiceUnavailable, "stripe_not_configured"},
+}
+
+// handle adapts a handler that returns its error to http.Handler, answering the error through the
+// one error table.
+func handle(d Deps, fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			writeError(w, r, d.Log, err)
+		}
+	})
 }
 
 // writeError answers err with its status and code from errorTable.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 )
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
@@ -44,6 +45,12 @@ func jsonError(err error) *Error {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: fmt.Sprintf("body exceeds %d bytes", tooBig.Limit)}
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("invalid_json", "body is not valid JSON")
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		want := "an object"
+		if typeErr.Type.Kind() == reflect.Slice {
+			want = "an array"
+		}
+		return badRequest("invalid_body", "body must be a JSON "+want)
 	case errors.As(err, &typeErr):
 		return badRequest("invalid_"+typeErr.Field, fmt.Sprintf("field %q must be %s", typeErr.Field, typeErr.Type))
 	default:

@@ -17,6 +17,18 @@ func routes(d Deps) http.Handler {
 	r.Handle("/readyz", handleReadyz(d)).Methods(http.MethodGet)
 	r.Handle("/metrics", d.Metrics.Handler()).Methods(http.MethodGet)
 	r.Handle("/webhooks/stripe", handleStripeWebhook(d)).Methods(http.MethodPost)
+	r.Handle("/openapi.yaml", handleOpenAPI()).Methods(http.MethodGet)
+
+	v1 := r.PathPrefix("/v1").Subrouter()
+	v1.Use(requireAPIKey(d.Config.APIKeys))
+	v1.Handle("/accounts/{id}", handlePutAccount(d)).Methods(http.MethodPut)
+	v1.Handle("/accounts/{id}", handleGetAccount(d)).Methods(http.MethodGet)
+	v1.Handle("/accounts/{id}/entries", handleListEntries(d)).Methods(http.MethodGet)
+	v1.Handle("/accounts/{id}/adjustments", handlePostAdjustment(d)).Methods(http.MethodPost)
+	v1.Handle("/accounts/{id}/topups", handlePostTopup(d)).Methods(http.MethodPost)
+	v1.Handle("/topups/{id}", handleGetTopup(d)).Methods(http.MethodGet)
+	v1.Handle("/decisions", handlePostDecisions(d)).Methods(http.MethodPost)
+	v1.Handle("/stripe/events", handleListStripeEvents(d)).Methods(http.MethodGet)
 
 	return r
 }

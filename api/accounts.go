@@ -1,0 +1,208 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/onceledger/onceledger/db"
+)
+
+// Ids as the schema accepts them (accounts_id_format_check, decisions_id_format_check): checked here
+// first so that bad input is a 400 naming the field, not a constraint violation.
+var (
+	accountIDPattern  = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+	decisionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+	currencyPattern   = regexp.MustCompile(`^[a-z]{3}$`)
+)
+
+const (
+	// smallBody bounds the JSON bodies of single-object requests.
+	smallBody = 16 << 10
+	// maxAmount bounds every amount and cost (10^15 minor units, ten trillion dollars), far inside
+	// bigint, so that no balance or sum of them can overflow.
+	maxAmount = 1_000_000_000_000_000
+	// Page sizes of the listings.
+	defaultPageSize = 50
+	maxPageSize     = 500
+)
+
+type accountJSON struct {
+	ID        string    `json:"id"`
+	Currency  string    `json:"currency"`
+	Balance   int64     `json:"balance"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func accountOut(a db.Account) accountJSON {
+	return accountJSON{ID: a.ID, Currency: a.Currency, Balance: a.Balance, CreatedAt: a.CreatedAt}
+}
+
+type entryJSON struct {
+	ID            int64     `json:"id"`
+	AccountID     string    `json:"account_id"`
+	Kind          string    `json:"kind"`
+	Amount        int64     `json:"amount"`
+	Description   string    `json:"description"`
+	DedupeKey     *string   `json:"dedupe_key"`
+	PaymentIntent *string   `json:"payment_intent"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+func entryOut(e db.Entry) entryJSON {
+	return entryJSON{
+		ID: e.ID, AccountID: e.AccountID, Kind: e.Kind, Amount: e.Amount, Description: e.Description,
+		DedupeKey: orNull(e.DedupeKey), PaymentIntent: orNull(e.PaymentIntent), CreatedAt: e.CreatedAt,
+	}
+}
+
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// accountID is the {id} of an /v1/accounts/{id}/… route, checked.
+func accountID(r *http.Request) (string, error) {
+	id := mux.Vars(r)["id"]
+	if !accountIDPattern.MatchString(id) {
+		return "", badRequest("invalid_account_id", "account id must be 1-64 characters of [A-Za-z0-9_.:-]")
+	}
+	return id, nil
+}
+
+// decodeAccountRequest checks the {id} of an /v1/accounts/{id}/… route, then decodes the body into dst.
+func decodeAccountRequest(w http.ResponseWriter, r *http.Request, dst any) (string, error) {
+	id, err := accountID(r)
+	if err != nil {
+		return "", err
+	}
+	return id, decodeJSON(w, r, smallBody, dst)
+}
+
+// getAccount reads the account, answering a missing one as 404 account_not_found.
+func getAccount(r *http.Request, d Deps, id string) (db.Account, error) {
+	acct, err := db.GetAccount(r.Context(), d.Pool, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Account{}, &Error{Status: http.StatusNotFound, Code: "account_not_found", Message: "no account " + id}
+	}
+	return acct, err
+}
+
+// handlePutAccount creates the account idempotently: 201 when this call created it, 200 when it
+// existed with the same currency, 409 currency_mismatch otherwise. The signup grant is posted once,
+// by the call that creates the account (db.Ledger.CreateAccount).
+func handlePutAccount(d Deps) http.Handler {
+	type request struct {
+		Currency *string `json:"currency"`
+	}
+	type response struct {
+		Account accountJSON `json:"account"`
+		Created bool        `json:"created"`
+		Granted bool        `json:"granted"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		var req request
+		id, err := decodeAccountRequest(w, r, &req)
+		if err != nil {
+			return err
+		}
+		if req.Currency == nil || !currencyPattern.MatchString(*req.Currency) {
+			return badRequest("invalid_currency", `currency is required: a lower-case ISO 4217 code such as "usd"`)
+		}
+		out, err := d.Ledger.CreateAccount(r.Context(), d.Pool, id, *req.Currency, d.Config.SignupGrant)
+		if err != nil {
+			return err
+		}
+		status := http.StatusOK
+		if out.Created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, response{Account: accountOut(out.Account), Created: out.Created, Granted: out.Granted})
+		return nil
+	})
+}
+
+func handleGetAccount(d Deps) http.Handler {
+	type response struct {
+		Account accountJSON `json:"account"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := accountID(r)
+		if err != nil {
+			return err
+		}
+		acct, err := getAccount(r, d, id)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, response{Account: accountOut(acct)})
+		return nil
+	})
+}
+
+// handleListEntries pages through an account's entries newest first. The cursor is an entry id
+// (keyset on ledger_account_id_idx): entries posted while a client walks the pages are newer than
+// every cursor it holds, so they never shift a page, and each older entry is returned exactly once.
+func handleListEntries(d Deps) http.Handler {
+	type response struct {
+		Entries []entryJSON `json:"entries"`
+		Next    *string     `json:"next"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := accountID(r)
+		if err != nil {
+			return err
+		}
+		limit, before, err := pageQuery(r, "before")
+		if err != nil {
+			return err
+		}
+		if _, err := getAccount(r, d, id); err != nil {
+			return err
+		}
+		entries, err := db.Entries(r.Context(), d.Pool, id, before, int32(limit+1))
+		if err != nil {
+			return err
+		}
+		entries, next := onePage(entries, limit, func(e db.Entry) int64 { return e.ID })
+		out := response{Entries: make([]entryJSON, len(entries)), Next: next}
+		for i, e := range entries {
+			out.Entries[i] = entryOut(e)
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+}
+
+// pageQuery reads a listing's ?limit= (1..maxPageSize, defaultPageSize when absent) and its keyset
+// cursor, the query parameter cursorName (a positive id, 0 when absent).
+func pageQuery(r *http.Request, cursorName string) (limit int, cursor int64, err error) {
+	limit = defaultPageSize
+	if raw := r.URL.Query().Get("limit"); raw != "" {
+		if limit, err = strconv.Atoi(raw); err != nil || limit < 1 || limit > maxPageSize {
+			return 0, 0, badRequest("invalid_limit", "limit must be a whole number from 1 to "+strconv.Itoa(maxPageSize))
+		}
+	}
+	if raw := r.URL.Query().Get(cursorName); raw != "" {
+		if cursor, err = strconv.ParseInt(raw, 10, 64); err != nil || cursor < 1 {
+			return 0, 0, badRequest("invalid_"+cursorName, cursorName+" must be a cursor returned as next by an earlier page")
+		}
+	}
+	return limit, cursor, nil
+}
+
+// onePage cuts rows, fetched with limit+1 so that no count is needed, to one page, and returns the
+// cursor of the next page: the key of the page's last row, or nil when there is no next page.
+func onePage[T any](rows []T, limit int, key func(T) int64) ([]T, *string) {
+	if len(rows) <= limit {
+		return rows, nil
+	}
+	next := strconv.FormatInt(key(rows[limit-1]), 10)
+	return rows[:limit], &next
+}

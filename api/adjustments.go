@@ -1,0 +1,117 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceledger/onceledger/db"
+)
+
+const (
+	maxIdempotencyKey = 255
+	maxDescription    = 1000
+)
+
+// adjustmentKey is the dedupe key of an operator adjustment (SPEC §3): the caller's Idempotency-Key,
+// scoped to the account so that two accounts never share one.
+func adjustmentKey(accountID, idempotencyKey string) string {
+	return "api:" + accountID + ":" + idempotencyKey
+}
+
+// postAdjustment posts one adjustment in its own transaction. It is the only way the adjustments
+// handler reaches the ledger, so that a poster with the same semantics (a group commit for hot
+// accounts) can replace it: Posted=false on an exact replay, db.ErrDedupeConflict,
+// db.ErrInsufficientBalance, db.ErrAccountNotFound.
+func postAdjustment(ctx context.Context, d Deps, p db.Posting) (db.Posted, error) {
+	var out db.Posted
+	err := db.InTx(ctx, d.Pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = d.Ledger.Post(ctx, tx, p)
+		return err
+	})
+	return out, err
+}
+
+// handlePostAdjustment posts an operator adjustment once per Idempotency-Key. A replay with the same
+// amount and description answers 200 with the original entry; anything different under the same key
+// is 409 idempotency_conflict; a debit the balance does not cover is 409 insufficient_balance, refused
+// by the conditional balance update, not by an earlier read.
+func handlePostAdjustment(d Deps) http.Handler {
+	type request struct {
+		Amount      *int64  `json:"amount"`
+		Description *string `json:"description"`
+	}
+	type response struct {
+		Posted bool      `json:"posted"`
+		Entry  entryJSON `json:"entry"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		key, err := idempotencyKey(r)
+		if err != nil {
+			return err
+		}
+		var req request
+		id, err := decodeAccountRequest(w, r, &req)
+		if err != nil {
+			return err
+		}
+		if req.Amount == nil || *req.Amount == 0 || *req.Amount > maxAmount || *req.Amount < -maxAmount {
+			return badRequest("invalid_amount", "amount is required: a non-zero whole number of minor units, at most 10^15 either way")
+		}
+		description := ""
+		if req.Description != nil {
+			description = *req.Description
+		}
+		// PostgreSQL text cannot hold NUL.
+		if utf8.RuneCountInString(description) > maxDescription || strings.ContainsRune(description, 0) {
+			return badRequest("invalid_description", fmt.Sprintf("description must be at most %d characters, without NUL", maxDescription))
+		}
+
+		posted, err := postAdjustment(r.Context(), d, db.Posting{
+			AccountID: id, Kind: db.KindAdjustment, Amount: *req.Amount, Description: description,
+			DedupeKey: adjustmentKey(id, key), NoOverdraw: true,
+		})
+		if err != nil {
+			return err
+		}
+		if !posted.Posted {
+			// The ledger compares account, kind and amount; the description is part of the request too.
+			if posted.Entry.Description != description {
+				return fmt.Errorf("%w: Idempotency-Key %q was used with another description", db.ErrDedupeConflict, key)
+			}
+			writeJSON(w, http.StatusOK, response{Posted: false, Entry: entryOut(posted.Entry)})
+			return nil
+		}
+		writeJSON(w, http.StatusCreated, response{Posted: true, Entry: entryOut(posted.Entry)})
+		return nil
+	})
+}
+
+func idempotencyKey(r *http.Request) (string, error) {
+	values := r.Header.Values("Idempotency-Key")
+	if len(values) == 0 || values[0] == "" {
+		return "", badRequest("missing_idempotency_key", "the Idempotency-Key header is required")
+	}
+	key := values[0]
+	if len(values) > 1 || len(key) > maxIdempotencyKey || !idempotencyKeyChars(key) {
+		return "", badRequest("invalid_idempotency_key",
+			fmt.Sprintf("Idempotency-Key must be one value of 1-%d printable ASCII characters other than ':'", maxIdempotencyKey))
+	}
+	return key, nil
+}
+
+// idempotencyKeyChars allows printable ASCII but ':'. Account ids may hold ':', so a key holding one
+// could make api:{account}:{key} of one account equal another's ("a" + "b:c" vs "a:b" + "c").
+func idempotencyKeyChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e || s[i] == ':' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,159 @@
+package api
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/stripeapi"
+)
+
+type topupJSON struct {
+	ID            string     `json:"id"`
+	AccountID     string     `json:"account_id"`
+	Amount        int64      `json:"amount"`
+	Currency      string     `json:"currency"`
+	Status        string     `json:"status"`
+	CheckoutURL   *string    `json:"checkout_url"`
+	SessionID     *string    `json:"session_id"`
+	PaymentIntent *string    `json:"payment_intent"`
+	CreatedAt     time.Time  `json:"created_at"`
+	PaidAt        *time.Time `json:"paid_at"`
+}
+
+func topupOut(t dbsqlc.Topup) topupJSON {
+	return topupJSON{
+		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Currency: t.Currency, Status: t.Status,
+		CheckoutURL: t.CheckoutUrl, SessionID: t.SessionID, PaymentIntent: t.PaymentIntent,
+		CreatedAt: t.CreatedAt, PaidAt: t.PaidAt,
+	}
+}
+
+type topupResponse struct {
+	Topup topupJSON `json:"topup"`
+}
+
+// handlePostTopup creates a pending top-up order and its Stripe Checkout Session. The order is
+// written first, so the session can name it in its metadata (topup_id) and the webhook can find it;
+// the Stripe call holds no transaction or lock. If Stripe fails, the order stays pending without a
+// session and is never paid: nothing can complete a session that was not created.
+func handlePostTopup(d Deps) http.Handler {
+	type request struct {
+		Amount     *int64  `json:"amount"`
+		SuccessURL *string `json:"success_url"`
+		CancelURL  *string `json:"cancel_url"`
+	}
+	sc := stripeapi.New(d.Config)
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		if sc == nil {
+			return stripeapi.ErrNotConfigured
+		}
+		var req request
+		id, err := decodeAccountRequest(w, r, &req)
+		if err != nil {
+			return err
+		}
+		if req.Amount == nil || *req.Amount <= 0 || *req.Amount > maxAmount {
+			return badRequest("invalid_amount", "amount is required: a positive whole number of minor units, at most 10^15")
+		}
+		if req.SuccessURL == nil || !webURL(*req.SuccessURL) {
+			return badRequest("invalid_success_url", "success_url is required: an absolute http(s) URL")
+		}
+		if req.CancelURL != nil && !webURL(*req.CancelURL) {
+			return badRequest("invalid_cancel_url", "cancel_url must be an absolute http(s) URL")
+		}
+		acct, err := getAccount(r, d, id)
+		if err != nil {
+			return err
+		}
+
+		q := dbsqlc.New(d.Pool)
+		order, err := q.TopupInsertPending(r.Context(), dbsqlc.TopupInsertPendingParams{
+			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Currency: acct.Currency,
+		})
+		if err != nil {
+			return fmt.Errorf("insert top-up for %s: %w", acct.ID, err)
+		}
+		params := &stripe.CheckoutSessionParams{
+			Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
+			SuccessURL:        req.SuccessURL,
+			CancelURL:         req.CancelURL,
+			ClientReferenceID: stripe.String(acct.ID),
+			Metadata:          map[string]string{"account_id": acct.ID, "topup_id": order.ID},
+			PaymentIntentData: &stripe.CheckoutSessionPaymentIntentDataParams{
+				Metadata: map[string]string{"account_id": acct.ID, "topup_id": order.ID},
+			},
+			LineItems: []*stripe.CheckoutSessionLineItemParams{{
+				Quantity: stripe.Int64(1),
+				PriceData: &stripe.CheckoutSessionLineItemPriceDataParams{
+					Currency:    stripe.String(acct.Currency),
+					UnitAmount:  stripe.Int64(order.Amount),
+					ProductData: &stripe.CheckoutSessionLineItemPriceDataProductDataParams{Name: stripe.String("onceledger credits")},
+				},
+			}},
+		}
+		// A retried request inside Stripe's idempotency window returns the same session.
+		params.SetIdempotencyKey("topup:" + order.ID)
+		params.Context = r.Context()
+		session, err := sc.CheckoutSessions.New(params)
+		if err != nil {
+			d.Log.WarnContext(r.Context(), "checkout session not created", "topup", order.ID, "err", err)
+			return stripeFailure(err)
+		}
+		order, err = q.TopupSetSession(r.Context(), dbsqlc.TopupSetSessionParams{
+			ID: order.ID, SessionID: &session.ID, CheckoutUrl: &session.URL,
+		})
+		if err != nil {
+			return fmt.Errorf("attach session %s to top-up: %w", session.ID, err)
+		}
+		writeJSON(w, http.StatusCreated, topupResponse{Topup: topupOut(order)})
+		return nil
+	})
+}
+
+func handleGetTopup(d Deps) http.Handler {
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id := mux.Vars(r)["id"]
+		if !accountIDPattern.MatchString(id) {
+			return badRequest("invalid_topup_id", "top-up id must be 1-64 characters of [A-Za-z0-9_.:-]")
+		}
+		order, err := dbsqlc.New(d.Pool).TopupGet(r.Context(), id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &Error{Status: http.StatusNotFound, Code: "topup_not_found", Message: "no top-up " + id}
+		}
+		if err != nil {
+			return fmt.Errorf("get top-up %s: %w", id, err)
+		}
+		writeJSON(w, http.StatusOK, topupResponse{Topup: topupOut(order)})
+		return nil
+	})
+}
+
+// stripeFailure answers a failed Stripe call: Stripe refusing the request (an amount below its
+// minimum, say) is the caller's to fix; anything else is Stripe or the network being unavailable.
+func stripeFailure(err error) error {
+	var se *stripe.Error
+	if errors.As(err, &se) && (se.HTTPStatusCode == http.StatusBadRequest || se.HTTPStatusCode == http.StatusPaymentRequired) {
+		return &Error{Status: http.StatusUnprocessableEntity, Code: "stripe_rejected", Message: "Stripe refused the Checkout Session: " + se.Msg}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: "stripe_unavailable", Message: "Stripe could not be reached; try again"}
+}
+
+func webURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// newTopupID names a new order; the random part makes ids unguessable and collision-free in practice.
+func newTopupID() string {
+	return "top_" + strings.ToLower(rand.Text())
+}

@@ -1,0 +1,192 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/onceledger/onceledger/config"
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// fakeStripe is a loopback stand-in for Stripe's POST /v1/checkout/sessions: it records each request's
+// form and the top-up row as it stood when Stripe was called.
+type fakeStripe struct {
+	url    string
+	status int // answer with this error status instead of a session, when non-zero
+
+	mu       sync.Mutex
+	requests []url.Values
+	rowSeen  []string // status of the top-up row at the time of the call; "" when there was none
+}
+
+func newFakeStripe(t *testing.T, s func() *server) *fakeStripe {
+	f := &fakeStripe{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/checkout/sessions" {
+			http.NotFound(w, r)
+			return
+		}
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		row, err := dbsqlc.New(s().pool).TopupGet(context.Background(), r.PostForm.Get("metadata[topup_id]"))
+		f.mu.Lock()
+		f.requests = append(f.requests, r.PostForm)
+		if err == nil {
+			f.rowSeen = append(f.rowSeen, row.Status)
+		} else {
+			f.rowSeen = append(f.rowSeen, "")
+		}
+		status := f.status
+		n := len(f.requests)
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if status != 0 {
+			w.WriteHeader(status)
+			fmt.Fprint(w, `{"error":{"type":"invalid_request_error","message":"Amount must be at least 50 cents"}}`)
+			return
+		}
+		fmt.Fprintf(w, `{"id":"cs_test_%d","object":"checkout.session","mode":"payment","url":"https://checkout.stripe.com/c/pay/cs_test_%d"}`, n, n)
+	}))
+	t.Cleanup(ts.Close)
+	f.url = ts.URL
+	return f
+}
+
+func withStripe(base string) func(*config.Config) {
+	return func(c *config.Config) {
+		c.StripeSecretKey = "sk_test_local"
+		c.StripeAPIBase = base
+	}
+}
+
+func TestTopupCreatesCheckoutSessionForAPendingOrder(t *testing.T) {
+	t.Parallel()
+	var s *server
+	stripe := newFakeStripe(t, func() *server { return s })
+	s = newServer(t, withStripe(stripe.url))
+	s.createAccount("acct_t", "eur", 0)
+
+	got := s.call(http.MethodPost, "/v1/accounts/acct_t/topups", map[string]any{
+		"amount": 2500, "success_url": "https://example.com/ok", "cancel_url": "https://example.com/cancel",
+	}).want(t, http.StatusCreated, "")
+	topup := got.JSON["topup"].(map[string]any)
+	id := topup["id"].(string)
+	if topup["status"] != "pending" || topup["checkout_url"] != "https://checkout.stripe.com/c/pay/cs_test_1" ||
+		topup["session_id"] != "cs_test_1" || topup["amount"] != float64(2500) || topup["currency"] != "eur" {
+		t.Fatalf("top-up: %s", got.Body)
+	}
+
+	if len(stripe.requests) != 1 {
+		t.Fatalf("%d Checkout Session requests, want 1", len(stripe.requests))
+	}
+	form := stripe.requests[0]
+	for field, want := range map[string]string{
+		"mode":                                   "payment",
+		"metadata[account_id]":                   "acct_t",
+		"metadata[topup_id]":                     id,
+		"client_reference_id":                    "acct_t",
+		"line_items[0][quantity]":                "1",
+		"line_items[0][price_data][currency]":    "eur",
+		"line_items[0][price_data][unit_amount]": "2500",
+		"success_url":                            "https://example.com/ok",
+		"cancel_url":                             "https://example.com/cancel",
+	} {
+		if form.Get(field) != want {
+			t.Errorf("Checkout Session %s = %q, want %q", field, form.Get(field), want)
+		}
+	}
+	if stripe.rowSeen[0] != "pending" {
+		t.Fatalf("when Stripe was called the top-up row was %q, want pending (written first)", stripe.rowSeen[0])
+	}
+
+	row, err := dbsqlc.New(s.pool).TopupGet(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Status != "pending" || row.SessionID == nil || *row.SessionID != "cs_test_1" || row.Amount != 2500 {
+		t.Fatalf("stored top-up %+v", row)
+	}
+	if b := s.balance("acct_t"); b != 0 {
+		t.Fatalf("balance %d before any payment, want 0", b)
+	}
+
+	again := s.call(http.MethodGet, "/v1/topups/"+id, nil).want(t, http.StatusOK, "")
+	if again.JSON["topup"].(map[string]any)["status"] != "pending" {
+		t.Fatalf("GET top-up: %s", again.Body)
+	}
+	s.call(http.MethodGet, "/v1/topups/top_nothing", nil).want(t, http.StatusNotFound, "topup_not_found")
+	s.call(http.MethodGet, "/v1/topups/top%20x", nil).want(t, http.StatusBadRequest, "invalid_topup_id")
+}
+
+func TestTopupRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	var s *server
+	stripe := newFakeStripe(t, func() *server { return s })
+	s = newServer(t, withStripe(stripe.url))
+	s.createAccount("acct_tb", "usd", 0)
+	ok := "https://example.com/ok"
+	cases := []struct {
+		name, account string
+		body          any
+		status        int
+		code          string
+	}{
+		{"zero amount", "acct_tb", map[string]any{"amount": 0, "success_url": ok}, 400, "invalid_amount"},
+		{"negative amount", "acct_tb", map[string]any{"amount": -5, "success_url": ok}, 400, "invalid_amount"},
+		{"fractional amount", "acct_tb", `{"amount":10.5,"success_url":"https://example.com/ok"}`, 400, "invalid_amount"},
+		{"huge amount", "acct_tb", map[string]any{"amount": int64(1) << 62, "success_url": ok}, 400, "invalid_amount"},
+		{"missing amount", "acct_tb", map[string]any{"success_url": ok}, 400, "invalid_amount"},
+		{"missing success_url", "acct_tb", map[string]any{"amount": 500}, 400, "invalid_success_url"},
+		{"relative success_url", "acct_tb", map[string]any{"amount": 500, "success_url": "/ok"}, 400, "invalid_success_url"},
+		{"ftp cancel_url", "acct_tb", map[string]any{"amount": 500, "success_url": ok, "cancel_url": "ftp://x/y"}, 400, "invalid_cancel_url"},
+		{"unknown field", "acct_tb", map[string]any{"amount": 500, "success_url": ok, "currency": "eur"}, 400, "unknown_field"},
+		{"empty body", "acct_tb", "", 400, "empty_body"},
+		{"invalid account id", "a*b", map[string]any{"amount": 500, "success_url": ok}, 400, "invalid_account_id"},
+		{"unknown account", "nobody", map[string]any{"amount": 500, "success_url": ok}, 404, "account_not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s.in(t).call(http.MethodPost, "/v1/accounts/"+c.account+"/topups", c.body).want(t, c.status, c.code)
+		})
+	}
+	if n := s.count(`SELECT count(*) FROM topups`); n != 0 || len(stripe.requests) != 0 {
+		t.Fatalf("bad input wrote %d top-ups and called Stripe %d times", n, len(stripe.requests))
+	}
+}
+
+func TestTopupWhenStripeIsMissingOrFailing(t *testing.T) {
+	t.Parallel()
+	body := map[string]any{"amount": 500, "success_url": "https://example.com/ok"}
+
+	unconfigured := newServer(t)
+	unconfigured.createAccount("acct_s", "usd", 0)
+	unconfigured.call(http.MethodPost, "/v1/accounts/acct_s/topups", body).want(t, http.StatusServiceUnavailable, "stripe_not_configured")
+	if n := unconfigured.count(`SELECT count(*) FROM topups`); n != 0 {
+		t.Fatalf("without a Stripe key %d top-ups were written", n)
+	}
+
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	unreachable := newServer(t, withStripe(gone.URL))
+	unreachable.createAccount("acct_s", "usd", 0)
+	unreachable.call(http.MethodPost, "/v1/accounts/acct_s/topups", body).want(t, http.StatusServiceUnavailable, "stripe_unavailable")
+
+	var s *server
+	refusing := newFakeStripe(t, func() *server { return s })
+	refusing.status = http.StatusBadRequest
+	s = newServer(t, withStripe(refusing.url))
+	s.createAccount("acct_s", "usd", 0)
+	s.call(http.MethodPost, "/v1/accounts/acct_s/topups", map[string]any{"amount": 1, "success_url": "https://example.com/ok"}).
+		want(t, http.StatusUnprocessableEntity, "stripe_rejected")
+	// The order written before the call stays pending without a session: nothing can ever pay it.
+	if n := s.count(`SELECT count(*) FROM topups WHERE status = 'pending' AND session_id IS NULL`); n != 1 {
+		t.Fatalf("%d unsent pending orders, want 1", n)
+	}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/onceledger/onceledger/config"
+	"github.com/onceledger/onceledger/stripeapi"
+)
+
+// TestStripeStandInListsRefundsForStripeGo: the demo's stand-in answers the refund list the way
+// stripe-go reads it, so the webhook sees exactly the refunds the demo says the charge has.
+func TestStripeStandInListsRefundsForStripeGo(t *testing.T) {
+	t.Parallel()
+	standIn := newStripeStandIn()
+	t.Cleanup(standIn.Close)
+	a := payment{intent: "pi_t", charge: "ch_t"}
+	standIn.setRefunds(a.charge, refund("re_1", a, 300, "succeeded"), refund("re_2", a, 200, "failed"))
+
+	sc := stripeapi.New(config.Config{StripeSecretKey: "sk_test_x", StripeAPIBase: standIn.URL})
+	params := &stripe.RefundListParams{Charge: stripe.String(a.charge)}
+	var got []string
+	it := sc.Refunds.List(params)
+	for it.Next() {
+		r := it.Refund()
+		got = append(got, r.ID+":"+string(r.Status)+":"+r.PaymentIntent.ID)
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != "re_1:succeeded:pi_t" || got[1] != "re_2:failed:pi_t" {
+		t.Fatalf("refunds %v", got)
+	}
+	it = sc.Refunds.List(&stripe.RefundListParams{Charge: stripe.String("ch_other")})
+	if it.Next() || it.Err() != nil {
+		t.Fatalf("another charge lists refunds (err %v)", it.Err())
+	}
+}
