@@ -2,12 +2,16 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db/dbsqlc"
@@ -188,5 +192,64 @@ func TestTopupWhenStripeIsMissingOrFailing(t *testing.T) {
 	// The order written before the call stays pending without a session: nothing can ever pay it.
 	if n := s.count(`SELECT count(*) FROM topups WHERE status = 'pending' AND session_id IS NULL`); n != 1 {
 		t.Fatalf("%d unsent pending orders, want 1", n)
+	}
+}
+
+// signedEvent returns a Stripe event of eventType around object, and its Stripe-Signature header.
+func signedEvent(t *testing.T, secret, id, eventType string, object map[string]any) (string, string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{
+		"id": id, "object": "event", "type": eventType, "api_version": "2024-06-20", "livemode": false,
+		"created": time.Now().Unix(), "data": map[string]any{"object": object},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: time.Now()})
+	return string(body), signed.Header
+}
+
+// The whole path of a top-up: the API creates the pending order and its Checkout Session; Stripe's
+// checkout.session.completed for that session marks it paid and credits once; a second completion
+// event (another event id, same session) credits nothing.
+func TestTopupPaidByWebhookCreditsOnce(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_test_topups"
+	var s *server
+	stripe := newFakeStripe(t, func() *server { return s })
+	s = newServer(t, withStripe(stripe.url), func(c *config.Config) { c.WebhookSecrets = []string{secret} })
+	s.createAccount("acct_pay", "eur", 0)
+
+	created := s.call(http.MethodPost, "/v1/accounts/acct_pay/topups", map[string]any{
+		"amount": 1500, "success_url": "https://example.com/ok", "cancel_url": "https://example.com/cancel",
+	}).want(t, http.StatusCreated, "")
+	topup := created.JSON["topup"].(map[string]any)
+	id, session := topup["id"].(string), topup["session_id"].(string)
+
+	completed := func(eventID string) reply {
+		body, signature := signedEvent(t, secret, eventID, "checkout.session.completed", map[string]any{
+			"id": session, "object": "checkout.session", "payment_status": "paid", "status": "complete",
+			"amount_total": 1500, "currency": "eur", "payment_intent": "pi_pay_1", "client_reference_id": "acct_pay",
+			"metadata": map[string]any{"account_id": "acct_pay", "topup_id": id},
+		})
+		return s.call(http.MethodPost, "/webhooks/stripe", body, "Stripe-Signature", signature, "Authorization", "")
+	}
+
+	first := completed("evt_pay_1").want(t, http.StatusOK, "")
+	if first.JSON["credited"] != true {
+		t.Fatalf("first completion: %s", first.Body)
+	}
+	paid := s.call(http.MethodGet, "/v1/topups/"+id, nil).want(t, http.StatusOK, "")
+	if got := paid.JSON["topup"].(map[string]any); got["status"] != "paid" || got["payment_intent"] != "pi_pay_1" {
+		t.Fatalf("after payment: %s", paid.Body)
+	}
+
+	second := completed("evt_pay_2").want(t, http.StatusOK, "")
+	if second.JSON["credited"] != false || second.JSON["duplicate"] != false {
+		t.Fatalf("second completion event: %s", second.Body)
+	}
+	s.wantMoney("acct_pay", 1500, 1)
+	if n := s.count(`SELECT count(*) FROM topups WHERE account_id = 'acct_pay'`); n != 1 {
+		t.Fatalf("%d orders, want the API's one", n)
 	}
 }
