@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,6 +101,7 @@ type Config struct {
 
 // Notifier enqueues notifications and, once started, delivers them.
 type Notifier struct {
+	pool       *pgxpool.Pool
 	client     *river.Client[pgx.Tx]
 	insertOpts river.InsertOpts
 }
@@ -135,6 +137,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Notifier, error) {
 		return nil, fmt.Errorf("notify: %w", err)
 	}
 	return &Notifier{
+		pool:   pool,
 		client: client,
 		insertOpts: river.InsertOpts{
 			Queue:       queue,
@@ -166,8 +169,21 @@ func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) e
 	return nil
 }
 
-// Start delivers notifications, committed before or after it, until Stop.
+// Start delivers notifications, committed before or after it, until Stop. It refuses to start on a
+// database whose River tables are missing or behind. Cancelling ctx cancels deliveries in flight; Stop
+// lets them finish.
 func (n *Notifier) Start(ctx context.Context) error {
+	rm, err := db.NewRiverMigrator(n.pool)
+	if err != nil {
+		return err
+	}
+	res, err := rm.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("check river's tables: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("river's tables are not current (run `onceledger migrate up`): %s", strings.Join(res.Messages, "; "))
+	}
 	if err := n.client.Start(ctx); err != nil {
 		return fmt.Errorf("start notifications (has `onceledger migrate up` run?): %w", err)
 	}

@@ -11,17 +11,22 @@ import (
 	"github.com/onceledger/onceledger/api"
 )
 
-// serve runs the HTTP server until ctx is cancelled (SIGINT/SIGTERM), then drains in-flight requests
-// and closes the pool last.
+// serve runs the HTTP server, and the notification worker when NOTIFY_URL is set, until ctx is
+// cancelled (SIGINT/SIGTERM), then drains in-flight requests, stops the worker and closes the pool last.
 func serve(ctx context.Context, e env) error {
 	pool, err := e.openPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	ledger, stopNotifications, err := startNotifications(ctx, e, pool)
+	if err != nil {
+		return err
+	}
+	defer stopNotifications() // after the HTTP server drained, before the pool closes
 
 	srv := &http.Server{
-		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg}),
+		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg, Ledger: ledger}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
