@@ -71,14 +71,19 @@ func (r *receiver) keys() map[string]int {
 	return out
 }
 
-// newNotifier returns a Notifier with fast polling and retries, stopped when the test ends (before
-// its pool closes: cleanups run last-registered first).
-func newNotifier(t *testing.T, pool *pgxpool.Pool, url string) *notify.Notifier {
-	t.Helper()
-	n, err := notify.New(pool, notify.Config{
+// testConfig delivers to url with fast polling and retries.
+func testConfig(t *testing.T, url string) notify.Config {
+	return notify.Config{
 		URL: url, Secret: secret, Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		RetryBase: 10 * time.Millisecond, PollInterval: 20 * time.Millisecond, Timeout: 5 * time.Second,
-	})
+	}
+}
+
+// newNotifier returns a Notifier, stopped when the test ends (before its pool closes: cleanups run
+// last-registered first).
+func newNotifier(t *testing.T, pool *pgxpool.Pool, cfg notify.Config) *notify.Notifier {
+	t.Helper()
+	n, err := notify.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +102,18 @@ func start(t *testing.T, n *notify.Notifier) {
 	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// running returns a fresh database holding accountID, a receiver answering status(n) to its n-th
+// request, and a Ledger whose postings notify that receiver through a running Notifier.
+func running(t *testing.T, accountID string, status func(n int) int) (*pgxpool.Pool, *receiver, db.Ledger) {
+	t.Helper()
+	pool := dbtest.New(t)
+	createAccount(t, pool, accountID)
+	recv := newReceiver(t, status)
+	n := newNotifier(t, pool, testConfig(t, recv.url))
+	start(t, n)
+	return pool, recv, db.Ledger{OnPosted: n.Enqueue}
 }
 
 func createAccount(t *testing.T, pool *pgxpool.Pool, id string) {
@@ -178,12 +195,7 @@ func balance(t *testing.T, pool *pgxpool.Pool, id string) int64 {
 func TestRedeliveredTopupNotifiesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	createAccount(t, pool, "acct_redeliver")
-	recv := newReceiver(t, always(http.StatusOK))
-	n := newNotifier(t, pool, recv.url)
-	start(t, n)
-	ledger := db.Ledger{OnPosted: n.Enqueue}
+	pool, recv, ledger := running(t, "acct_redeliver", always(http.StatusOK))
 
 	var (
 		mu     sync.Mutex
@@ -252,12 +264,7 @@ func TestRedeliveredTopupNotifiesOnce(t *testing.T) {
 func TestRolledBackPostingNotifiesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	createAccount(t, pool, "acct_rollback")
-	recv := newReceiver(t, always(http.StatusOK))
-	n := newNotifier(t, pool, recv.url)
-	start(t, n)
-	ledger := db.Ledger{OnPosted: n.Enqueue}
+	pool, recv, ledger := running(t, "acct_rollback", always(http.StatusOK))
 
 	forced := errors.New("forced failure after posting")
 	var doomed db.Posted
@@ -301,18 +308,14 @@ func TestRolledBackPostingNotifiesNothing(t *testing.T) {
 func TestFailedDeliveriesAreRetriedWithTheSameKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	createAccount(t, pool, "acct_retry")
-	recv := newReceiver(t, func(n int) int {
+	pool, recv, ledger := running(t, "acct_retry", func(n int) int {
 		if n <= 2 {
 			return http.StatusInternalServerError
 		}
 		return http.StatusOK
 	})
-	n := newNotifier(t, pool, recv.url)
-	start(t, n)
 
-	p, err := post(ctx, pool, db.Ledger{OnPosted: n.Enqueue}, topup("acct_retry", "evt_retry", 900))
+	p, err := post(ctx, pool, ledger, topup("acct_retry", "evt_retry", 900))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,14 +348,9 @@ func TestDeliveryGivesUpAfterMaxAttempts(t *testing.T) {
 	pool := dbtest.New(t)
 	createAccount(t, pool, "acct_giveup")
 	recv := newReceiver(t, always(http.StatusServiceUnavailable))
-	n, err := notify.New(pool, notify.Config{
-		URL: recv.url, Secret: secret, Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
-		MaxAttempts: 4, RetryBase: time.Millisecond, PollInterval: 20 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	cfg := testConfig(t, recv.url)
+	cfg.MaxAttempts = 4
+	n := newNotifier(t, pool, cfg)
 	start(t, n)
 
 	p, err := post(ctx, pool, db.Ledger{OnPosted: n.Enqueue}, topup("acct_giveup", "evt_giveup", 100))
@@ -373,13 +371,9 @@ func TestDeliveryGivesUpAfterMaxAttempts(t *testing.T) {
 func TestDeliverySignatureVerifies(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	createAccount(t, pool, "acct_sign")
-	recv := newReceiver(t, always(http.StatusOK))
-	n := newNotifier(t, pool, recv.url)
-	start(t, n)
+	pool, recv, ledger := running(t, "acct_sign", always(http.StatusOK))
 
-	p, err := post(ctx, pool, db.Ledger{OnPosted: n.Enqueue}, topup("acct_sign", "evt_sign", 250))
+	p, err := post(ctx, pool, ledger, topup("acct_sign", "evt_sign", 250))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +418,7 @@ func TestCommittedWhileStoppedIsDeliveredAfterRestart(t *testing.T) {
 	createAccount(t, pool, "acct_restart")
 	recv := newReceiver(t, always(http.StatusOK))
 
-	before := newNotifier(t, pool, recv.url)
+	before := newNotifier(t, pool, testConfig(t, recv.url))
 	start(t, before)
 	if err := before.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -438,7 +432,7 @@ func TestCommittedWhileStoppedIsDeliveredAfterRestart(t *testing.T) {
 		t.Fatalf("while stopped: job %+v, %d deliveries; want it waiting, undelivered", j, len(recv.deliveries()))
 	}
 
-	start(t, newNotifier(t, pool, recv.url))
+	start(t, newNotifier(t, pool, testConfig(t, recv.url)))
 	waitForState(t, pool, id, "completed")
 	if keys := recv.keys(); len(keys) != 1 || keys[id] != 1 {
 		t.Fatalf("receiver got %v, want %s once", keys, id)
@@ -472,13 +466,7 @@ func TestInterruptedDeliveryIsRetriedAfterRestart(t *testing.T) {
 	t.Cleanup(hang.Close)
 	t.Cleanup(func() { close(released) })
 
-	before, err := notify.New(pool, notify.Config{
-		URL: hang.URL, Secret: secret, Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
-		RetryBase: 10 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := newNotifier(t, pool, testConfig(t, hang.URL))
 	start(t, before)
 	p, err := post(ctx, pool, db.Ledger{OnPosted: before.Enqueue}, topup("acct_interrupt", "evt_interrupt", 800))
 	if err != nil {
@@ -505,7 +493,7 @@ func TestInterruptedDeliveryIsRetriedAfterRestart(t *testing.T) {
 	}
 
 	recv := newReceiver(t, always(http.StatusOK))
-	start(t, newNotifier(t, pool, recv.url))
+	start(t, newNotifier(t, pool, testConfig(t, recv.url)))
 	waitForState(t, pool, id, "completed")
 	if keys := recv.keys(); len(keys) != 1 || keys[id] != 1 {
 		t.Fatalf("receiver got %v, want %s once", keys, id)

@@ -21,12 +21,8 @@ import (
 func TestServeDeliversNotificationsCommittedWhileDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.URL(t)
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := dbtest.New(t)
+	url := pool.Config().ConnString()
 	const secret = "serve_notify_secret"
 
 	type received struct{ key, signature, body string }
@@ -75,12 +71,8 @@ func TestServeDeliversNotificationsCommittedWhileDown(t *testing.T) {
 func TestServeWithNotificationsNeedsRiversTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.URL(t)
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := dbtest.New(t)
+	url := pool.Config().ConnString()
 	rm, err := db.NewRiverMigrator(pool)
 	if err != nil {
 		t.Fatal(err)
