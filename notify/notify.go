@@ -84,7 +84,8 @@ type Config struct {
 	URL string
 	// Secret signs every notification (NOTIFY_SECRET).
 	Secret string
-	Log    *slog.Logger
+	// Log receives River's and the worker's logs; nil uses River's default.
+	Log *slog.Logger
 	// MaxAttempts bounds the deliveries of one notification (default 10).
 	MaxAttempts int
 	// RetryBase is the wait after the first failure; each further failure doubles it (default 30s,
@@ -152,16 +153,22 @@ func New(pool *pgxpool.Pool, cfg Config) (*Notifier, error) {
 // db.Ledger.OnPosted. The jobs commit or roll back with the entries; an entry that already has a
 // job gets no second one.
 func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) error {
-	params := make([]river.InsertManyParams, len(posted))
-	for i, p := range posted {
+	params := make([]river.InsertManyParams, 0, len(posted))
+	// River rejects a batch holding one unique job twice; an entry listed twice is still one notification.
+	listed := make(map[int64]bool, len(posted))
+	for _, p := range posted {
 		e := p.Entry
-		params[i] = river.InsertManyParams{
+		if listed[e.ID] {
+			continue
+		}
+		listed[e.ID] = true
+		params = append(params, river.InsertManyParams{
 			Args: Args{
 				ID: NotificationID(e.ID), AccountID: e.AccountID, EntryKind: e.Kind, Amount: e.Amount,
 				Balance: p.Balance, CreatedAt: e.CreatedAt.UTC(),
 			},
 			InsertOpts: &n.insertOpts,
-		}
+		})
 	}
 	if _, err := n.client.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue %d notifications: %w", len(params), err)

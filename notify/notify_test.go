@@ -520,3 +520,24 @@ func TestRetryWaitDoubles(t *testing.T) {
 		}
 	}
 }
+
+// The queue itself refuses a second job for one entry, even if a path handed the entry over twice.
+func TestEnqueueIsUniquePerEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct_unique")
+	n := newNotifier(t, pool, testConfig(t, "http://127.0.0.1:9/never-started"))
+	p, err := post(ctx, pool, db.Ledger{}, topup("acct_unique", "evt_unique", 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := db.InTx(ctx, pool, func(tx pgx.Tx) error { return n.Enqueue(ctx, tx, []db.Posted{p, p}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if all := jobs(t, pool); len(all) != 1 {
+		t.Fatalf("jobs = %v, want one for %s", all, notify.NotificationID(p.Entry.ID))
+	}
+}
