@@ -6,23 +6,29 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strconv"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver the migrations run on
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/onceledger/onceledger/sql/migrations"
 )
 
-// Migrations runs the embedded schema migrations against one database. Close it when done: an open
-// instance keeps a connection, which blocks using the database as a template.
+// Migrations runs the embedded schema migrations against one database, and after them River's (the
+// job queue that carries notifications, whose tables live in the same database). Close it when done:
+// an open instance keeps a connection, which blocks using the database as a template.
 type Migrations struct {
-	m  *migrate.Migrate
-	db *sql.DB
+	m   *migrate.Migrate
+	db  *sql.DB
+	url string
 }
 
 // OpenMigrations prepares the embedded migrations for the database at databaseURL.
@@ -36,7 +42,7 @@ func OpenMigrations(databaseURL string) (*Migrations, error) {
 		_ = sqlDB.Close()
 		return nil, err
 	}
-	return &Migrations{m: m, db: sqlDB}, nil
+	return &Migrations{m: m, db: sqlDB, url: databaseURL}, nil
 }
 
 func newMigrate(sqlDB *sql.DB) (*migrate.Migrate, error) {
@@ -55,15 +61,63 @@ func newMigrate(sqlDB *sql.DB) (*migrate.Migrate, error) {
 	return m, nil
 }
 
-// Up applies every migration not yet applied. Already current is not an error.
+// Up applies every migration not yet applied: ours, then River's. Already current is not an error.
 func (ms *Migrations) Up() error {
 	if err := ms.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	return nil
+	return ms.withRiver(func(ctx context.Context, rm *rivermigrate.Migrator[pgx.Tx]) error {
+		if _, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			return fmt.Errorf("migrate up river's job queue: %w", err)
+		}
+		return nil
+	})
 }
 
-// Down reverts the last n migrations.
+// RiverVersion is the highest River migration applied (0 when none).
+func (ms *Migrations) RiverVersion() (int, error) {
+	var version int
+	err := ms.withRiver(func(ctx context.Context, rm *rivermigrate.Migrator[pgx.Tx]) error {
+		applied, err := rm.ExistingVersions(ctx)
+		if err != nil {
+			return fmt.Errorf("read river's migration version: %w", err)
+		}
+		if len(applied) > 0 {
+			version = applied[len(applied)-1].Version
+		}
+		return nil
+	})
+	return version, err
+}
+
+// withRiver runs fn with River's migrator on a pool of its own (River's migrator speaks pgx, ours
+// database/sql), closed before returning.
+func (ms *Migrations) withRiver(fn func(context.Context, *rivermigrate.Migrator[pgx.Tx]) error) error {
+	ctx := context.Background()
+	pool, err := Open(ctx, ms.url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rm, err := NewRiverMigrator(pool)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, rm)
+}
+
+// NewRiverMigrator returns River's migrator for its job tables in pool's database. Its warnings are
+// dropped: every failure comes back as an error.
+func NewRiverMigrator(pool *pgxpool.Pool) (*rivermigrate.Migrator[pgx.Tx], error) {
+	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, fmt.Errorf("prepare river's migrations: %w", err)
+	}
+	return rm, nil
+}
+
+// Down reverts the last n of our migrations. River's tables are left as they are: they hold only
+// notification jobs, and River's own tooling migrates them down.
 func (ms *Migrations) Down(n int) error {
 	if n <= 0 {
 		return fmt.Errorf("migrate down: need a positive number of steps, got %d", n)

@@ -32,11 +32,14 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	}
 	defer pool.Close()
 	var leftovers []string
+	// River's job tables stay: Down reverts only ours.
 	rows, err := pool.Query(ctx, `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND c.relname NOT LIKE 'schema_migrations%' AND c.relkind IN ('r', 'i', 'S', 'v')
+		WHERE n.nspname = 'public' AND c.relname NOT LIKE 'schema_migrations%' AND c.relname NOT LIKE 'river\_%'
+			AND c.relkind IN ('r', 'i', 'S', 'v')
 		UNION ALL
-		SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'`)
+		SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'public' AND p.proname NOT LIKE 'river\_%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,5 +59,27 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	}
 	if err := db.CheckSchema(ctx, pool); err != nil {
 		t.Fatalf("after up again: %v", err)
+	}
+}
+
+// migrate up also brings River's job tables, at River's latest version, in the same database.
+func TestMigrationsUpIncludesRiver(t *testing.T) {
+	t.Parallel()
+	ms, err := db.OpenMigrations(dbtest.URL(t)) // already up
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	rm, err := db.NewRiverMigrator(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := rm.AllVersions()
+	got, err := ms.RiverVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := all[len(all)-1].Version; got != want {
+		t.Fatalf("river version after migrate up = %d, want %d", got, want)
 	}
 }

@@ -46,6 +46,11 @@ func migrateCmd(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	river, err := ms.RiverVersion()
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(e.stdout, "schema version %d (dirty=%t)\n", v, dirty)
+	fmt.Fprintf(e.stdout, "job queue (river) version %d\n", river)
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/stripeapi"
 	"github.com/onceledger/onceledger/stripeevents"
 )
@@ -22,7 +21,11 @@ func replay(ctx context.Context, e env, eventIDs []string) error {
 	}
 	defer pool.Close()
 
-	processor := &stripeevents.Processor{Pool: pool, Ledger: db.Ledger{}, Stripe: stripeapi.New(e.cfg), Log: e.log}
+	ledger, err := enqueueingLedger(e, pool)
+	if err != nil {
+		return err
+	}
+	processor := &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripeapi.New(e.cfg), Log: e.log}
 	var failed int
 	for _, id := range eventIDs {
 		res, err := processor.Replay(ctx, id)

@@ -21,8 +21,8 @@ const usage = `usage: onceledger COMMAND
 
 commands:
   serve                 serve the webhook, the API and the background work
-  migrate up            apply every pending migration
-  migrate down N        revert the last N migrations
+  migrate up            apply every pending migration (ours, then the job queue's)
+  migrate down N        revert the last N of ours (the job queue's tables stay)
   migrate version       print the schema version
   verify                check every ledger invariant; non-zero exit on any violation
   replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect

@@ -9,22 +9,27 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/metrics"
 )
 
-// serve runs the HTTP server until ctx is cancelled (SIGINT/SIGTERM), then drains in-flight requests
-// and closes the pool last.
+// serve runs the HTTP server, and the notification worker when NOTIFY_URL is set, until ctx is
+// cancelled (SIGINT/SIGTERM), then drains in-flight requests, stops the worker and closes the pool last.
 func serve(ctx context.Context, e env) error {
 	pool, err := e.openPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	ledger, stopNotifications, err := startNotifications(ctx, e, pool)
+	if err != nil {
+		return err
+	}
+	defer stopNotifications() // after the HTTP server drained, before the pool closes
 
 	m := metrics.New()
 	m.WatchPool(pool)
-	deps := api.Deps{Pool: pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: db.Ledger{Observe: m.ObservePosting}}
+	ledger.Observe = m.ObservePosting
+	deps := api.Deps{Pool: pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: ledger}
 
 	srv := &http.Server{
 		Handler:           api.NewHandler(deps),

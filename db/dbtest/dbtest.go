@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -106,10 +107,11 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// migrator builds the template with the same embedded migrations the binary runs.
+// migrator builds the template with the same migrations the binary runs: ours, then River's.
 type migrator struct{}
 
-// Hash names the template after the migrations' contents, so a changed migration builds a new one.
+// Hash names the template after the migrations' contents, ours and River's, so a changed migration
+// or a River upgrade builds a new one.
 func (migrator) Hash() (string, error) {
 	h := sha256.New()
 	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
@@ -121,7 +123,18 @@ func (migrator) Hash() (string, error) {
 		h.Write(body)
 		return err
 	})
-	return hex.EncodeToString(h.Sum(nil))[:16], err
+	if err != nil {
+		return "", err
+	}
+	// River lists its migrations without a database.
+	rm, err := db.NewRiverMigrator(nil)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range rm.AllVersions() {
+		fmt.Fprintf(h, "river %d %s\n", m.Version, m.SQLUp)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 func (migrator) Migrate(_ context.Context, _ *sql.DB, conf pgtestdb.Config) error {

@@ -1,0 +1,3 @@
+package notify
+
+var RetryWait = retryWait

@@ -1,0 +1,279 @@
+// Package notify tells a receiver about every newly posted ledger entry, after the entry commits and
+// never twice for one entry.
+//
+// Enqueue, used as db.Ledger.OnPosted, inserts one River job per entry in the posting transaction:
+// the job commits or rolls back with the entry, and a replay, which posts nothing, enqueues nothing.
+// The job is unique per entry. A worker then POSTs it to NOTIFY_URL, signed (Sign), with the same
+// Idempotency-Key on every attempt, retrying with exponential backoff until the receiver answers 2xx
+// or the attempts run out; the job then stays in river_job as discarded, for operators to see.
+package notify
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/onceledger/onceledger/db"
+)
+
+// EventType is the "type" of every notification.
+const EventType = "entry.posted"
+
+// queue is River's queue for notification jobs; this client works no other.
+const queue = "notifications"
+
+// Defaults for the zero values of Config.
+const (
+	defaultMaxAttempts = 10
+	defaultRetryBase   = 30 * time.Second
+	defaultTimeout     = 10 * time.Second
+	defaultWorkers     = 10
+	// maxRetryWait caps the backoff, so a large attempt count never waits for days.
+	maxRetryWait = 6 * time.Hour
+	// discardedRetention keeps given-up notifications in river_job long enough for operators to see
+	// and retry them (River's default is a week).
+	discardedRetention = 30 * 24 * time.Hour
+)
+
+// Args is one notification job: everything the receiver gets, fixed when the entry is posted so
+// that every attempt sends the same body. ID alone makes the job unique.
+type Args struct {
+	ID        string    `json:"id" river:"unique"`
+	AccountID string    `json:"account_id"`
+	EntryKind string    `json:"kind"`
+	Amount    int64     `json:"amount"`
+	Balance   int64     `json:"balance"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Kind names the job in river_job.kind.
+func (Args) Kind() string { return "entry_posted_notification" }
+
+// NotificationID is the notification's id and Idempotency-Key for an entry: stable, one per entry.
+func NotificationID(entryID int64) string { return "ntf_" + strconv.FormatInt(entryID, 10) }
+
+// Notification is the JSON body a receiver gets.
+type Notification struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	AccountID string    `json:"account_id"`
+	Kind      string    `json:"kind"`
+	Amount    int64     `json:"amount"`
+	Balance   int64     `json:"balance"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Config says where and how notifications go. Zero values take the defaults noted.
+type Config struct {
+	// URL receives every notification (NOTIFY_URL).
+	URL string
+	// Secret signs every notification (NOTIFY_SECRET).
+	Secret string
+	// Log receives River's and the worker's logs; nil uses River's default.
+	Log *slog.Logger
+	// MaxAttempts bounds the deliveries of one notification (default 10).
+	MaxAttempts int
+	// RetryBase is the wait after the first failure; each further failure doubles it (default 30s,
+	// so ten attempts span about four hours).
+	RetryBase time.Duration
+	// Timeout bounds one delivery; running out counts as a failure (default 10s).
+	Timeout time.Duration
+	// Workers is how many deliveries run at once (default 10).
+	Workers int
+	// PollInterval is how often the worker looks for due jobs besides being woken by inserts
+	// (default River's, 1s); tests make it short.
+	PollInterval time.Duration
+}
+
+// Notifier enqueues notifications and, once started, delivers them.
+type Notifier struct {
+	pool       *pgxpool.Pool
+	client     *river.Client[pgx.Tx]
+	insertOpts river.InsertOpts
+}
+
+// New prepares a Notifier on pool's database, whose River tables `onceledger migrate up` created.
+// It enqueues at once; it delivers only after Start.
+func New(pool *pgxpool.Pool, cfg Config) (*Notifier, error) {
+	if cfg.URL == "" || cfg.Secret == "" {
+		return nil, errors.New("notify: a URL and a secret are required")
+	}
+	maxAttempts := cmp.Or(cfg.MaxAttempts, defaultMaxAttempts)
+	timeout := cmp.Or(cfg.Timeout, defaultTimeout)
+	w := &worker{
+		url: cfg.URL, secret: cfg.Secret, log: cfg.Log, http: &http.Client{},
+		retryBase: cmp.Or(cfg.RetryBase, defaultRetryBase), timeout: timeout, now: time.Now,
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	rc := &river.Config{
+		Logger:                      cfg.Log,
+		Workers:                     workers,
+		Queues:                      map[string]river.QueueConfig{queue: {MaxWorkers: cmp.Or(cfg.Workers, defaultWorkers)}},
+		MaxAttempts:                 maxAttempts,
+		JobTimeout:                  timeout,
+		DiscardedJobRetentionPeriod: discardedRetention,
+	}
+	if cfg.PollInterval > 0 {
+		rc.FetchPollInterval = cfg.PollInterval
+		rc.FetchCooldown = min(cfg.PollInterval, river.FetchCooldownDefault)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return nil, fmt.Errorf("notify: %w", err)
+	}
+	return &Notifier{
+		pool:   pool,
+		client: client,
+		insertOpts: river.InsertOpts{
+			Queue:       queue,
+			MaxAttempts: maxAttempts,
+			// Unique per notification id while its job exists in any state, delivered or given up.
+			UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()},
+		},
+	}, nil
+}
+
+// Enqueue inserts, in tx, one notification job per newly posted entry; it is made for
+// db.Ledger.OnPosted. The jobs commit or roll back with the entries; an entry that already has a
+// job gets no second one.
+func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) error {
+	params := make([]river.InsertManyParams, 0, len(posted))
+	// River rejects a batch holding one unique job twice; an entry listed twice is still one notification.
+	listed := make(map[int64]bool, len(posted))
+	for _, p := range posted {
+		e := p.Entry
+		if listed[e.ID] {
+			continue
+		}
+		listed[e.ID] = true
+		params = append(params, river.InsertManyParams{
+			Args: Args{
+				ID: NotificationID(e.ID), AccountID: e.AccountID, EntryKind: e.Kind, Amount: e.Amount,
+				Balance: p.Balance, CreatedAt: e.CreatedAt.UTC(),
+			},
+			InsertOpts: &n.insertOpts,
+		})
+	}
+	if _, err := n.client.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("enqueue %d notifications: %w", len(params), err)
+	}
+	return nil
+}
+
+// Start delivers notifications, committed before or after it, until Stop. It refuses to start on a
+// database whose River tables are missing or behind. Cancelling ctx cancels deliveries in flight; Stop
+// lets them finish.
+func (n *Notifier) Start(ctx context.Context) error {
+	rm, err := db.NewRiverMigrator(n.pool)
+	if err != nil {
+		return err
+	}
+	res, err := rm.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("check river's tables: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("river's tables are not current (run `onceledger migrate up`): %s", strings.Join(res.Messages, "; "))
+	}
+	if err := n.client.Start(ctx); err != nil {
+		return fmt.Errorf("start notifications (has `onceledger migrate up` run?): %w", err)
+	}
+	return nil
+}
+
+// Stop lets deliveries in flight finish (each is bounded by Config.Timeout) and stops; undelivered
+// notifications stay queued for the next start. When ctx ends first, deliveries are cancelled and
+// retried after the next start.
+func (n *Notifier) Stop(ctx context.Context) error {
+	err := n.client.Stop(ctx)
+	if err == nil {
+		return nil
+	}
+	if cancelErr := n.client.StopAndCancel(context.WithoutCancel(ctx)); cancelErr != nil {
+		return fmt.Errorf("stop notifications: %w", errors.Join(err, cancelErr))
+	}
+	return nil
+}
+
+// worker delivers one notification per job.
+type worker struct {
+	river.WorkerDefaults[Args]
+	url, secret string
+	log         *slog.Logger
+	http        *http.Client
+	retryBase   time.Duration
+	timeout     time.Duration
+	now         func() time.Time
+}
+
+// Work POSTs the notification once. Any error, a non-2xx answer or a timeout, makes River retry it.
+func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	a := job.Args
+	body, err := json.Marshal(Notification{
+		ID: a.ID, Type: EventType, AccountID: a.AccountID, Kind: a.EntryKind, Amount: a.Amount,
+		Balance: a.Balance, CreatedAt: a.CreatedAt,
+	})
+	if err != nil {
+		return err
+	}
+	err = w.deliver(ctx, a.ID, body)
+	if err != nil && job.Attempt >= job.MaxAttempts && w.log != nil {
+		w.log.Error("notification given up; it stays in river_job as discarded",
+			"notification", a.ID, "attempts", job.Attempt, "error", err.Error())
+	}
+	return err
+}
+
+func (w *worker) deliver(ctx context.Context, id string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", id)
+	req.Header.Set(SignatureHeader, Sign(w.secret, w.now(), body))
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("deliver %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	// Drained so the connection is reused; a receiver's answer body is never needed.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("deliver %s: receiver answered %s", id, resp.Status)
+	}
+	return nil
+}
+
+// NextRetry schedules the next attempt after a failure; job.Errors holds the failures before it.
+func (w *worker) NextRetry(job *river.Job[Args]) time.Time {
+	return w.now().Add(retryWait(w.retryBase, len(job.Errors)+1))
+}
+
+// retryWait is base after the first failure, doubled after each further one, at most maxRetryWait.
+func retryWait(base time.Duration, failures int) time.Duration {
+	wait := base
+	for i := 1; i < failures && wait < maxRetryWait; i++ {
+		wait *= 2
+	}
+	return min(wait, maxRetryWait)
+}
+
+// Timeout bounds one delivery; the request is made with the job's context.
+func (w *worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
