@@ -24,6 +24,7 @@ commands:
   migrate up            apply every pending migration
   migrate down N        revert the last N migrations
   migrate version       print the schema version
+  reconcile [--once]    bill unbilled decisions and recover missed Stripe events (every RECONCILE_INTERVAL)
   verify                check every ledger invariant; non-zero exit on any violation
   version               print the binary's version and schema version
 
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, e)
 	case "migrate":
 		return migrateCmd(ctx, e, rest)
+	case "reconcile":
+		return reconcileCmd(ctx, e, rest)
 	case "verify":
 		return verify(ctx, e, rest)
 	case "version":

@@ -19,6 +19,7 @@ func serve(ctx context.Context, e env) error {
 		return err
 	}
 	defer pool.Close()
+	defer startReconciler(ctx, e, pool)()
 
 	srv := &http.Server{
 		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg}),
