@@ -80,9 +80,10 @@ WITH inserted AS (
     INSERT INTO ledger (account_id, kind, amount, description, dedupe_key)
     SELECT d.account_id, 'usage', -d.cost, 'decision ' || d.id, 'decision:' || d.id
     FROM decisions d
-    WHERE d.seq > $1::bigint
-      AND d.seq <= $2::bigint
-      AND d.account_id = ANY($3::text[])
+    -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
+    JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = d.account_id
+    WHERE d.seq > $2::bigint
+      AND d.seq <= $3::bigint
     ORDER BY d.seq
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING id, account_id, amount, description, dedupe_key, created_at
@@ -105,9 +106,9 @@ ORDER BY i.id
 `
 
 type BillingChunkPostParams struct {
+	AccountIds []string
 	AfterSeq   int64
 	UptoSeq    int64
-	AccountIds []string
 }
 
 type BillingChunkPostRow struct {
@@ -128,7 +129,7 @@ type BillingChunkPostRow struct {
 // Only locked accounts are billed, so the balance update never takes a lock out of order. Returns
 // the entries inserted, each with its account's balance after the chunk.
 func (q *Queries) BillingChunkPost(ctx context.Context, arg BillingChunkPostParams) ([]BillingChunkPostRow, error) {
-	rows, err := q.db.Query(ctx, billingChunkPost, arg.AfterSeq, arg.UptoSeq, arg.AccountIds)
+	rows, err := q.db.Query(ctx, billingChunkPost, arg.AccountIds, arg.AfterSeq, arg.UptoSeq)
 	if err != nil {
 		return nil, err
 	}
@@ -160,11 +161,9 @@ SELECT d.account_id, count(*)::bigint AS decisions, min(d.seq)::bigint AS first_
 FROM decisions d
 WHERE d.seq > $1::bigint
   AND d.seq <= $2::bigint
-  AND NOT EXISTS (
-      SELECT 1
-      FROM ledger l
-      WHERE l.dedupe_key = 'decision:' || d.id
-  )
+  -- One probe of ledger_dedupe_idx per decision. Written as a scalar subquery, not NOT EXISTS, so
+  -- that the planner cannot make it a hash anti-join that reads the whole ledger for every chunk.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
 GROUP BY d.account_id
 ORDER BY d.account_id
 `

@@ -34,11 +34,9 @@ SELECT d.account_id, count(*)::bigint AS decisions, min(d.seq)::bigint AS first_
 FROM decisions d
 WHERE d.seq > @after_seq::bigint
   AND d.seq <= @upto_seq::bigint
-  AND NOT EXISTS (
-      SELECT 1
-      FROM ledger l
-      WHERE l.dedupe_key = 'decision:' || d.id
-  )
+  -- One probe of ledger_dedupe_idx per decision. Written as a scalar subquery, not NOT EXISTS, so
+  -- that the planner cannot make it a hash anti-join that reads the whole ledger for every chunk.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
 GROUP BY d.account_id
 ORDER BY d.account_id;
 
@@ -65,9 +63,10 @@ WITH inserted AS (
     INSERT INTO ledger (account_id, kind, amount, description, dedupe_key)
     SELECT d.account_id, 'usage', -d.cost, 'decision ' || d.id, 'decision:' || d.id
     FROM decisions d
+    -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
+    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
     WHERE d.seq > @after_seq::bigint
       AND d.seq <= @upto_seq::bigint
-      AND d.account_id = ANY(@account_ids::text[])
     ORDER BY d.seq
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING id, account_id, amount, description, dedupe_key, created_at
