@@ -71,7 +71,6 @@ func (r *Reconciler) Bill(ctx context.Context, afterSeq int64) (BillReport, erro
 func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep *BillReport) (uptoSeq int64, err error) {
 	var chunk BillReport
 	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		chunk = BillReport{}
 		q := dbsqlc.New(tx)
 		end, err := q.BillingChunkEnd(ctx, dbsqlc.BillingChunkEndParams{
 			AfterSeq: afterSeq, LastSeq: lastSeq, ChunkSize: int32(r.chunkSize),

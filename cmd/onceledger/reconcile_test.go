@@ -12,25 +12,26 @@ import (
 	"github.com/onceledger/onceledger/db/dbtest"
 )
 
-// openTestPool opens url for a test's own reads and writes beside the command under test.
-func openTestPool(t *testing.T, url string) *pgxpool.Pool {
+// databaseWithAccount returns a fresh database holding one account, and a pool for the test's own
+// reads and writes beside the command under test.
+func databaseWithAccount(t *testing.T, accountID string) (string, *pgxpool.Pool) {
 	t.Helper()
+	url := dbtest.URL(t)
 	pool, err := db.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool
+	if _, err := ledger.CreateAccount(context.Background(), pool, accountID, "usd", 0); err != nil {
+		t.Fatal(err)
+	}
+	return url, pool
 }
 
 func TestReconcileOnceBillsAndReports(t *testing.T) {
 	t.Parallel()
-	url := dbtest.URL(t)
+	url, pool := databaseWithAccount(t, "acct_cli")
 	ctx := context.Background()
-	pool := openTestPool(t, url)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_cli", "usd", 0); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost)
 		VALUES ('dec_a', 'acct_cli', 2), ('dec_b', 'acct_cli', 3), ('dec_c', 'acct_nobody', 4)`); err != nil {
 		t.Fatal(err)
@@ -63,12 +64,8 @@ func TestReconcileOnceBillsAndReports(t *testing.T) {
 
 func TestServeBillsDecisionsInTheBackground(t *testing.T) {
 	t.Parallel()
-	url := dbtest.URL(t)
+	url, pool := databaseWithAccount(t, "acct_bg")
 	ctx := context.Background()
-	pool := openTestPool(t, url)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_bg", "usd", 0); err != nil {
-		t.Fatal(err)
-	}
 	startServe(t, map[string]string{"DATABASE_URL": url, "RECONCILE_INTERVAL": "50ms"})
 	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_bg', 'acct_bg', 7)`); err != nil {
 		t.Fatal(err)
