@@ -19,7 +19,6 @@ func serve(ctx context.Context, e env) error {
 		return err
 	}
 	defer pool.Close()
-	defer startReconciler(ctx, e, pool)()
 
 	srv := &http.Server{
 		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg}),
@@ -38,6 +37,7 @@ func serve(ctx context.Context, e env) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	defer startReconciler(ctx, e, pool)()
 
 	select {
 	case err := <-served:
