@@ -33,6 +33,8 @@ type Config struct {
 	NotifySecret string
 	// ReconcileInterval is how often serve runs the reconciler.
 	ReconcileInterval time.Duration
+	// ReconcileLookback is how far back the reconciler lists Stripe events whose delivery failed.
+	ReconcileLookback time.Duration
 	// DataDir holds the private PostgreSQL cluster when no server answers.
 	DataDir string
 }
@@ -57,6 +59,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.ReconcileInterval, err = time.ParseDuration(or(getenv("RECONCILE_INTERVAL"), "30s")); err != nil || c.ReconcileInterval <= 0 {
 		errs = append(errs, fmt.Errorf("RECONCILE_INTERVAL must be a positive duration such as 30s, got %q", getenv("RECONCILE_INTERVAL")))
+	}
+	if c.ReconcileLookback, err = time.ParseDuration(or(getenv("RECONCILE_LOOKBACK"), "72h")); err != nil || c.ReconcileLookback <= 0 || c.ReconcileLookback > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("RECONCILE_LOOKBACK must be a positive duration up to 720h (Stripe keeps events 30 days), got %q", getenv("RECONCILE_LOOKBACK")))
 	}
 	for _, s := range c.WebhookSecrets {
 		if !strings.HasPrefix(s, "whsec_") {

@@ -12,6 +12,23 @@ import (
 	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
+// MoneyMovingTypes are the event types whose effects can post entries (the cases of effects below):
+// the ones worth recovering when their delivery failed. Stripe accepts at most 20 in one listing.
+var MoneyMovingTypes = []string{
+	"checkout.session.completed",
+	"checkout.session.async_payment_succeeded",
+	"charge.refunded",
+	"charge.refund.updated",
+	"refund.created",
+	"refund.updated",
+	"refund.failed",
+	"charge.dispute.created",
+	"charge.dispute.updated",
+	"charge.dispute.closed",
+	"charge.dispute.funds_withdrawn",
+	"charge.dispute.funds_reinstated",
+}
+
 // effects applies ev by its object's current state. Every entry it posts has a dedupe key naming the
 // thing that happened (the payment, the refund, the dispute), never the event, except the top-up whose
 // order's pending→paid transition guards it too: so any arrival order converges to one ledger.

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stripe/stripe-go/v79"
@@ -35,5 +38,21 @@ func TestStripeStandInListsRefundsForStripeGo(t *testing.T) {
 	it = sc.Refunds.List(&stripe.RefundListParams{Charge: stripe.String("ch_other")})
 	if it.Next() || it.Err() != nil {
 		t.Fatalf("another charge lists refunds (err %v)", it.Err())
+	}
+}
+
+// The demo itself, as `make demo` runs it: every step must end at the balance the guarantees require,
+// billing included.
+func TestDemoShowsEveryGuarantee(t *testing.T) {
+	t.Parallel()
+	stdout := &output{}
+	vars := getenvFrom(map[string]string{"ONCELEDGER_DATA_DIR": filepath.Join("..", "..", ".data")})
+	if err := run(context.Background(), []string{"demo"}, vars, stdout, &output{}); err != nil {
+		t.Fatalf("demo: %v\n%s", err, stdout)
+	}
+	for _, want := range []string{"billed: balance 640 ✓", "Every step ended at the balance the guarantees require."} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, stdout)
+		}
 	}
 }

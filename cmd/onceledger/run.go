@@ -24,6 +24,7 @@ commands:
   migrate up            apply every pending migration (ours, then the job queue's)
   migrate down N        revert the last N of ours (the job queue's tables stay)
   migrate version       print the schema version
+  reconcile [--once]    bill unbilled decisions and recover missed Stripe events (every RECONCILE_INTERVAL)
   verify                check every ledger invariant; non-zero exit on any violation
   replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
   demo                  run the server on a scratch database and show every guarantee at work
@@ -66,6 +67,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, e)
 	case "migrate":
 		return migrateCmd(ctx, e, rest)
+	case "reconcile":
+		return reconcileCmd(ctx, e, rest)
 	case "verify":
 		return verify(ctx, e, rest)
 	case "replay":

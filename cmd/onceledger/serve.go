@@ -10,10 +10,12 @@ import (
 
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/metrics"
+	"github.com/onceledger/onceledger/reconcile"
 )
 
-// serve runs the HTTP server, and the notification worker when NOTIFY_URL is set, until ctx is
-// cancelled (SIGINT/SIGTERM), then drains in-flight requests, stops the worker and closes the pool last.
+// serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, and the notification worker
+// when NOTIFY_URL is set, until ctx is cancelled (SIGINT/SIGTERM); then it drains in-flight requests,
+// stops the reconciler and the worker, and closes the pool last.
 func serve(ctx context.Context, e env) error {
 	pool, err := e.openPool(ctx)
 	if err != nil {
@@ -48,6 +50,7 @@ func serve(ctx context.Context, e env) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	defer startReconciler(ctx, e, pool, ledger, reconcile.NewMetrics(m.Registry))()
 
 	select {
 	case err := <-served:

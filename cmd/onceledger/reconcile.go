@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/reconcile"
+	"github.com/onceledger/onceledger/stripeapi"
+	"github.com/onceledger/onceledger/stripeevents"
+)
+
+// reconcileCmd is `onceledger reconcile [--once]`: one pass, or a pass every RECONCILE_INTERVAL until
+// interrupted, printing what each billed and recovered.
+func reconcileCmd(ctx context.Context, e env, args []string) error {
+	flags := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	flags.SetOutput(e.stderr)
+	once := flags.Bool("once", false, "run one pass and exit")
+	progressEvery := flags.Int("progress-every", 10, "print a progress line every N chunks of decisions")
+	if err := flags.Parse(args); err != nil || flags.NArg() > 0 {
+		return fmt.Errorf("%w: reconcile [--once] [--progress-every N]", errUsage)
+	}
+	pool, err := e.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	ledger, err := enqueueingLedger(e, pool)
+	if err != nil {
+		return err
+	}
+	r := newReconciler(e, pool, ledger, nil, reconcile.Options{
+		ProgressEvery: *progressEvery,
+		Progress: func(rep reconcile.BillReport) {
+			fmt.Fprintf(e.stdout, "… read %d decisions up to seq %d, billed %d (%.0f decisions/s)\n",
+				rep.Read, rep.LastSeq, rep.Billed, perSecond(rep))
+		},
+	})
+	if *once {
+		rep, err := r.Pass(ctx)
+		printReport(e.stdout, rep)
+		return err
+	}
+	fmt.Fprintf(e.stdout, "reconciling every %s; Ctrl-C stops\n", e.cfg.ReconcileInterval)
+	r.Run(ctx, e.cfg.ReconcileInterval, func(rep reconcile.Report, err error) {
+		printReport(e.stdout, rep)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "reconcile pass failed (retried next pass): %v\n", err)
+		}
+	})
+	return nil
+}
+
+// startReconciler runs the reconciler every RECONCILE_INTERVAL in serve's background. The returned
+// stop cancels it and waits for the pass in flight, so that it ends before the pool closes.
+func startReconciler(ctx context.Context, e env, pool *pgxpool.Pool, ledger db.Ledger, m *reconcile.Metrics) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	r := newReconciler(e, pool, ledger, m, reconcile.Options{})
+	go func() {
+		defer close(done)
+		r.Run(ctx, e.cfg.ReconcileInterval, func(rep reconcile.Report, err error) { logReport(e.log, rep, err) })
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// newReconciler wires the reconciler to the configuration: billing posts through ledger, and missed
+// events go through the webhook's own code path (stripeevents), so a recovered event is applied
+// exactly as its delivery would have been.
+func newReconciler(e env, pool *pgxpool.Pool, ledger db.Ledger, m *reconcile.Metrics, opts reconcile.Options) *reconcile.Reconciler {
+	opts.Lookback = e.cfg.ReconcileLookback
+	stripe := stripeapi.New(e.cfg)
+	events := webhookPath{&stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Log: e.log}}
+	return reconcile.New(reconcile.Deps{Pool: pool, Ledger: ledger, Stripe: stripe, Events: events, Metrics: m}, opts)
+}
+
+// webhookPath feeds a recovered event to the webhook's processor; a duplicate is an event the webhook
+// already applied.
+type webhookPath struct{ p *stripeevents.Processor }
+
+func (w webhookPath) Process(ctx context.Context, raw []byte) (duplicate bool, err error) {
+	res, err := w.p.Process(ctx, raw)
+	return res.Duplicate, err
+}
+
+func perSecond(rep reconcile.BillReport) float64 {
+	if rep.Elapsed <= 0 {
+		return 0
+	}
+	return float64(rep.Read) / rep.Elapsed.Seconds()
+}
+
+func printReport(w io.Writer, rep reconcile.Report) {
+	b := rep.Bill
+	kind := "incremental"
+	if rep.Full {
+		kind = "full"
+	}
+	fmt.Fprintf(w, "billed %d decisions (%d minor units) in a %s pass: read %d in %d chunks, seq %d to %d, %s (%.0f decisions/s)\n",
+		b.Billed, b.Amount, kind, b.Read, b.Chunks, b.FromSeq, b.LastSeq, b.Elapsed.Round(time.Millisecond), perSecond(b))
+	if b.Waiting > 0 {
+		fmt.Fprintf(w, "waiting: %d decisions name accounts that do not exist yet (billed once they do): %s\n",
+			b.Waiting, strings.Join(b.WaitingAccounts, ", "))
+	}
+	rec := rep.Recovery
+	if rec.Skipped != "" {
+		fmt.Fprintf(w, "missed Stripe events: not checked (%s)\n", rec.Skipped)
+		return
+	}
+	fmt.Fprintf(w, "recovered %d missed Stripe events: %d listed since %s, %d already processed, %d failed\n",
+		rec.Applied, rec.Listed, rec.Since.UTC().Format("2006-01-02 15:04:05Z"), rec.Duplicates, rec.Failed)
+}
+
+// logReport logs a background pass: quietly when it found nothing to do.
+func logReport(log *slog.Logger, rep reconcile.Report, err error) {
+	b, rec := rep.Bill, rep.Recovery
+	attrs := []any{"full", rep.Full, "read", b.Read, "billed", b.Billed, "amount", b.Amount, "waiting", b.Waiting,
+		"events_listed", rec.Listed, "events_applied", rec.Applied, "events_failed", rec.Failed}
+	switch {
+	case err != nil:
+		log.Error("reconcile pass failed; retried next pass", append(attrs, "err", err)...)
+	case b.Billed > 0 || b.Waiting > 0 || rec.Applied > 0:
+		log.Info("reconciled", attrs...)
+	default:
+		log.Debug("reconciled", attrs...)
+	}
+}

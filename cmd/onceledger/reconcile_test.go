@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/stripeevents"
+)
+
+// databaseWithAccount returns a fresh database holding one account, and a pool for the test's own
+// reads and writes beside the command under test.
+func databaseWithAccount(t *testing.T, accountID string) (string, *pgxpool.Pool) {
+	t.Helper()
+	url := dbtest.URL(t)
+	pool, err := db.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := ledger.CreateAccount(context.Background(), pool, accountID, "usd", 0); err != nil {
+		t.Fatal(err)
+	}
+	return url, pool
+}
+
+func TestReconcileOnceBillsAndReports(t *testing.T) {
+	t.Parallel()
+	url, pool := databaseWithAccount(t, "acct_cli")
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost)
+		VALUES ('dec_a', 'acct_cli', 2), ('dec_b', 'acct_cli', 3), ('dec_c', 'acct_nobody', 4)`); err != nil {
+		t.Fatal(err)
+	}
+	vars := getenvFrom(map[string]string{"DATABASE_URL": url})
+
+	stdout := &output{}
+	if err := run(ctx, []string{"reconcile", "--once", "--progress-every", "1"}, vars, stdout, &output{}); err != nil {
+		t.Fatalf("reconcile --once: %v\n%s", err, stdout)
+	}
+	for _, want := range []string{"billed 2 decisions (-5 minor units)", "read 3", "… read 3 decisions",
+		"waiting: 1 decisions", "acct_nobody", "not checked (STRIPE_SECRET_KEY not set)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("reconcile --once printed:\n%s\nwant %q in it", stdout, want)
+		}
+	}
+	acct, err := db.GetAccount(ctx, pool, "acct_cli")
+	if err != nil || acct.Balance != -5 {
+		t.Fatalf("acct_cli after reconcile: %+v %v; want balance -5", acct, err)
+	}
+
+	stdout = &output{}
+	if err := run(ctx, []string{"reconcile", "--once"}, vars, stdout, &output{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "billed 0 decisions") {
+		t.Fatalf("second reconcile --once printed:\n%s\nwant nothing billed", stdout)
+	}
+}
+
+func TestServeBillsDecisionsInTheBackground(t *testing.T) {
+	t.Parallel()
+	url, pool := databaseWithAccount(t, "acct_bg")
+	ctx := context.Background()
+	startServe(t, map[string]string{"DATABASE_URL": url, "RECONCILE_INTERVAL": "50ms"})
+	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_bg', 'acct_bg', 7)`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		acct, err := db.GetAccount(ctx, pool, "acct_bg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if acct.Balance == -7 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("balance still %d after 10s of serve; want -7", acct.Balance)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Missed webhooks, end to end: Stripe lists three top-up events whose delivery failed, one of which
+// did reach the webhook after all. `reconcile --once` feeds each through the webhook's code path: two
+// are credited, the third is a duplicate, and each payment is credited exactly once.
+func TestReconcileRecoversMissedEventsThroughTheWebhookPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := databaseWithAccount(t, "acct_missed")
+	event := func(n int) string {
+		return fmt.Sprintf(`{"id":"evt_missed_%d","object":"event","type":"checkout.session.completed",
+			"api_version":"2024-06-20","created":%d,"livemode":false,"pending_webhooks":1,
+			"data":{"object":{"id":"cs_missed_%d","object":"checkout.session","payment_status":"paid",
+			"amount_total":%d,"currency":"usd","payment_intent":"pi_missed_%d","metadata":{"account_id":"acct_missed"}}}}`,
+			n, time.Now().Add(-time.Duration(n)*time.Hour).Unix(), n, n*100, n)
+	}
+	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/events" || r.URL.Query().Get("delivery_success") != "false" {
+			http.Error(w, `{"error":{"message":"unexpected call"}}`, http.StatusNotFound)
+			return
+		}
+		fmt.Fprintf(w, `{"object":"list","url":"/v1/events","has_more":false,"data":[%s,%s,%s]}`, event(1), event(2), event(3))
+	}))
+	t.Cleanup(stripeAPI.Close)
+
+	// Event 2 reached the webhook after all.
+	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if res, err := processor.Process(ctx, []byte(event(2))); err != nil || !res.Credited {
+		t.Fatalf("webhook delivery of event 2: %+v, %v", res, err)
+	}
+
+	vars := getenvFrom(map[string]string{"DATABASE_URL": url, "STRIPE_SECRET_KEY": "sk_test_recover", "STRIPE_API_BASE": stripeAPI.URL})
+	stdout := &output{}
+	if err := run(ctx, []string{"reconcile", "--once"}, vars, stdout, &output{}); err != nil {
+		t.Fatalf("reconcile --once: %v\n%s", err, stdout)
+	}
+	var balance, topups int64
+	if err := pool.QueryRow(ctx, `SELECT balance, (SELECT count(*) FROM ledger WHERE kind = 'topup') FROM accounts WHERE id = 'acct_missed'`).Scan(&balance, &topups); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 100+200+300 || topups != 3 {
+		t.Fatalf("balance %d with %d top-ups, want 600 with 3\n%s", balance, topups, stdout)
+	}
+	// A second pass finds all three already processed.
+	if err := run(ctx, []string{"reconcile", "--once"}, vars, &output{}, &output{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct_missed'`).Scan(&balance); err != nil || balance != 600 {
+		t.Fatalf("after a second pass: balance %d, %v", balance, err)
+	}
+}
