@@ -188,21 +188,13 @@ const maxAttempts = 100
 func send(client *http.Client, url string, body []byte, d *delivery) bool {
 	backoff := 10 * time.Millisecond
 	for range maxAttempts {
-		signature := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: loadSecret, Timestamp: time.Now()}).Header
-		req, err := http.NewRequest(http.MethodPost, url+"/webhooks/stripe", bytes.NewReader(body))
-		if err != nil {
-			panic(err)
-		}
-		req.Header.Set("Stripe-Signature", signature)
-		resp, err := client.Do(req)
+		status, err := deliverOnce(client, url, body)
 		if err != nil {
 			d.note("transport error")
 		} else {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
 			d.answered.Add(1)
-			d.note(strconv.Itoa(resp.StatusCode))
-			if resp.StatusCode/100 == 2 {
+			d.note(strconv.Itoa(status))
+			if status/100 == 2 {
 				d.delivered.Add(1)
 				return true
 			}
@@ -211,6 +203,23 @@ func send(client *http.Client, url string, body []byte, d *delivery) bool {
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 	return false
+}
+
+// deliverOnce posts body to the webhook, signed now as Stripe does, and returns the status.
+func deliverOnce(client *http.Client, url string, body []byte) (int, error) {
+	signature := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: loadSecret, Timestamp: time.Now()}).Header
+	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/stripe", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Stripe-Signature", signature)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // assertLedger checks the money to the entry: every account's balance and entries (kind, amount,
