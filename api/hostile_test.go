@@ -50,7 +50,7 @@ func TestWebhookStoresHostileTextVerbatim(t *testing.T) {
 		t.Errorf("escaped name stored as %q, want %q", storedName, want)
 	}
 	for key, description := range map[string]string{
-		"stripe:" + eventID:          "Stripe Checkout " + session,
+		"stripe:" + eventID:         "Stripe Checkout " + session,
 		"stripe:refund:" + refundID: "Stripe refund " + refundID,
 	} {
 		var gotDescription, gotPayment string
