@@ -26,6 +26,7 @@ commands:
   migrate version       print the schema version
   verify                check every ledger invariant; non-zero exit on any violation
   replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
+  review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
   version               print the binary's version and schema version
 
 configuration is read from the environment: see README.md`
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return verify(ctx, e, rest)
 	case "replay":
 		return replay(ctx, e, rest)
+	case "review":
+		return review(ctx, e, rest)
 	case "version":
 		latest, err := db.LatestMigration()
 		if err != nil {
