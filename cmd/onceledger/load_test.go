@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/db"
@@ -113,6 +114,17 @@ func newWorkload(accounts int) *workload {
 	return w
 }
 
+// openPool opens the database for the test's own reads and writes, closed when the test ends.
+func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := db.Open(context.Background(), databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 func stripeEvent(id, eventType string, object map[string]any) []byte {
 	body, err := json.Marshal(map[string]any{
 		"id": id, "object": "event", "api_version": "2024-06-20", "created": time.Now().Unix(), "livemode": false,
@@ -128,11 +140,7 @@ func stripeEvent(id, eventType string, object map[string]any) []byte {
 func (w *workload) createAccounts(t *testing.T, databaseURL string) {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, databaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, databaseURL)
 	for acct := range w.accounts {
 		if _, err := ledger.CreateAccount(ctx, pool, acct, "gbp", 0); err != nil {
 			t.Fatal(err)
@@ -227,11 +235,7 @@ func deliverOnce(client *http.Client, url string, body []byte) (int, error) {
 func (w *workload) assertLedger(t *testing.T, databaseURL string) {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, databaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, databaseURL)
 	for acct, want := range w.accounts {
 		got, err := db.GetAccount(ctx, pool, acct)
 		if err != nil {

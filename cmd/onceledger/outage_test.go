@@ -53,14 +53,8 @@ var poolGauge = regexp.MustCompile(`(?m)^onceledger_db_pool_connections\{state="
 // poolConnections reads the pool's open connections from /metrics.
 func poolConnections(t *testing.T, base string) int {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	total := 0
-	for _, m := range poolGauge.FindAllStringSubmatch(string(body), -1) {
+	for _, m := range poolGauge.FindAllStringSubmatch(scrape(t, base), -1) {
 		n, _ := strconv.Atoi(m[2])
 		total += n
 	}
@@ -75,11 +69,7 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	direct := dbtest.URL(t)
 	proxy, url := newFaultProxy(t, direct)
 	ctx := context.Background()
-	pool, err := db.Open(ctx, direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, direct)
 	if _, err := ledger.CreateAccount(ctx, pool, "acct_outage", "gbp", 0); err != nil {
 		t.Fatal(err)
 	}

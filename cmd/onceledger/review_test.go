@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/stripeevents"
 )
@@ -18,11 +17,7 @@ func TestReviewSilencesAParkedEventInVerify(t *testing.T) {
 	t.Parallel()
 	url := dbtest.URL(t)
 	ctx := context.Background()
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, url)
 	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, event := range [][]byte{
 		stripeEvent("evt_parked", "refund.created", map[string]any{"id": "re_1", "object": "refund", "amount": 300,
