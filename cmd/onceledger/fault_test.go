@@ -28,18 +28,18 @@ func TestDatabaseConnectionsKilledUnderLoad(t *testing.T) {
 
 	ctx, stopKiller := context.WithCancel(context.Background())
 	var (
-		killed  int
-		stopped sync.WaitGroup
+		killed, inTx int
+		stopped      sync.WaitGroup
 	)
-	stopped.Go(func() { killed = killConnections(t, ctx, url) })
+	stopped.Go(func() { killed, inTx = killConnections(t, ctx, url) })
 
 	var d delivery
 	w.deliverAll(t, base, 4, &d)
 	stopKiller()
 	stopped.Wait()
-	t.Logf("%d server connections terminated; answers: %v", killed, d.statuses)
-	if killed == 0 || d.count("503") == 0 {
-		t.Fatalf("no fault was injected (%d connections terminated, %d answered 503): the test proves nothing", killed, d.count("503"))
+	t.Logf("%d server connections terminated, %d of them inside a transaction; answers: %v", killed, inTx, d.statuses)
+	if inTx == 0 || d.count("503") == 0 {
+		t.Fatalf("no delivery died mid-transaction (%d connections terminated, %d inside one, %d answers 503): the test proves little", killed, inTx, d.count("503"))
 	}
 	if n := d.count("500"); n > 0 {
 		t.Errorf("%d deliveries answered 500: a terminated connection must be a 503, which Stripe retries", n)
@@ -63,30 +63,38 @@ func TestDatabaseConnectionsKilledUnderLoad(t *testing.T) {
 	}
 }
 
-// killConnections terminates every other connection to the database at random moments until ctx
-// ends, from a connection of its own, and returns how many it terminated.
-func killConnections(t *testing.T, ctx context.Context, url string) int {
+// killConnections terminates other connections to the database at random moments until ctx ends,
+// from a connection of its own: every one, or (every other round, on average) only those inside a
+// transaction, so that deliveries die mid-transaction too. It returns how many it terminated, and how
+// many of those were inside a transaction.
+func killConnections(t *testing.T, ctx context.Context, url string) (killed, inTx int) {
 	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Errorf("killer: %v", err)
-		return 0
+		return 0, 0
 	}
 	defer conn.Close(context.Background())
-	killed := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return killed
+			return killed, inTx
 		case <-time.After(20*time.Millisecond + rand.N(80*time.Millisecond)):
 		}
-		var n int
-		err := conn.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n)
+		var n, m int
+		err := conn.QueryRow(context.Background(), `
+			SELECT count(*), count(*) FILTER (WHERE in_tx)
+			FROM (
+				SELECT xact_start IS NOT NULL AS in_tx, pg_terminate_backend(pid) AS terminated
+				FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid()
+				  AND (NOT $1 OR xact_start IS NOT NULL)
+			) AS k
+			WHERE terminated`, rand.N(2) == 0).Scan(&n, &m)
 		if err != nil {
 			t.Errorf("killer: %v", err)
-			return killed
+			return killed, inTx
 		}
-		killed += n
+		killed, inTx = killed+n, inTx+m
 	}
 }
 
