@@ -25,8 +25,8 @@ commands:
   migrate down N        revert the last N migrations
   migrate version       print the schema version
   verify                check every ledger invariant; non-zero exit on any violation
-  replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
   review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
+  replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
   version               print the binary's version and schema version
 
 configuration is read from the environment: see README.md`
@@ -68,10 +68,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrateCmd(ctx, e, rest)
 	case "verify":
 		return verify(ctx, e, rest)
-	case "replay":
-		return replay(ctx, e, rest)
 	case "review":
 		return review(ctx, e, rest)
+	case "replay":
+		return replay(ctx, e, rest)
 	case "version":
 		latest, err := db.LatestMigration()
 		if err != nil {
