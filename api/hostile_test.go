@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
+	"time"
 )
 
 // Text that looks like SQL, dollar quotes, quotes, backslashes and non-ASCII, in every text field an
@@ -72,4 +74,29 @@ func TestWebhookStoresHostileTextVerbatim(t *testing.T) {
 		}
 	}
 	s.wantBalance("acct_1", 700)
+}
+
+// Signed JSON that encoding/json reads but PostgreSQL's jsonb cannot store is refused as an invalid
+// event (400, nothing written), not a failed insert (500) that Stripe would retry for days.
+func TestWebhookRefusesEventsPostgreSQLCannotStore(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t)
+	for name, id := range map[string]string{
+		"NUL escape":               `"cus_\u0000"`,
+		"lone high surrogate":      `"cus_\ud83d"`,
+		"lone low surrogate":       `"cus_\ude00"`,
+		"high then another escape": `"cus_\ud83d\n"`,
+		"two highs":                `"cus_\ud83d\ud83d\ude00"`,
+		"not UTF-8":                "\"cus_\xff\xfe\"",
+	} {
+		body := []byte(`{"id":"evt_bad","object":"event","type":"customer.created","api_version":"2024-06-20",
+			"created":1700000000,"livemode":false,"data":{"object":{"id":` + id + `}}}`)
+		r := s.post(body, sign(body, testSecret, time.Now()))
+		if r.status != http.StatusBadRequest || r.Error.Code != "invalid_event" {
+			t.Errorf("%s: answered %d %s, want 400 invalid_event", name, r.status, r.raw)
+		}
+	}
+	if n := s.rowsWritten(); n != 0 {
+		t.Fatalf("%d rows written by refused events", n)
+	}
 }
