@@ -43,10 +43,12 @@ run: build ## migrate and serve on 127.0.0.1:8080 with development defaults (no 
 test: $(GOTESTSUM) ## run the whole suite against a real PostgreSQL (found or started)
 	$(GOTESTSUM) --format pkgname-and-test-fails -- -count=1 -timeout 15m ./...
 
-verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up on a scratch database
+verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body and JSON decoding
 	$(SQLC) diff
 	go vet ./...
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
+	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
+	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
 
 generate: $(SQLC) ## regenerate db/dbsqlc from sql/ (never edit it by hand)
 	$(SQLC) generate

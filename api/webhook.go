@@ -40,7 +40,9 @@ func handleStripeWebhook(d Deps) http.Handler {
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
 		if err != nil {
-			writeError(w, r, d.Log, jsonError(err))
+			apiErr := jsonError(err)
+			d.Metrics.WebhookDeliveries.WithLabelValues("unverified", "rejected", apiErr.Code).Inc()
+			writeError(w, r, d.Log, apiErr)
 			return
 		}
 		if err := verifyStripeSignature(body, r.Header.Get("Stripe-Signature"), secrets); err != nil {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The payload types below read only the fields the effects need, which Stripe has kept stable across
@@ -36,7 +38,64 @@ func parseEvent(raw []byte) (event, error) {
 	if !strings.HasPrefix(ev.ID, "evt_") || ev.Type == "" || len(ev.Data.Object) == 0 {
 		return event{}, fmt.Errorf("%w: an event needs an evt_ id, a type and data.object", ErrInvalidEvent)
 	}
+	if err := storable(raw); err != nil {
+		return event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
 	return ev, nil
+}
+
+// storable refuses the JSON that encoding/json reads but PostgreSQL's jsonb (in a UTF-8 database)
+// cannot store, so that such a body is a 400 rather than a failed insert: bytes that are not UTF-8,
+// the escape \u0000 (text cannot hold NUL), and a surrogate escape outside its pair. raw is valid
+// JSON, so a backslash can only start an escape inside a string.
+func storable(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return errors.New("the event is not UTF-8")
+	}
+	errSurrogate := errors.New("the event holds a \\u surrogate escape outside its pair")
+	high := false // the previous escape was a high surrogate, which a low one must follow at once
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			if high {
+				return errSurrogate
+			}
+			continue
+		}
+		i++
+		if raw[i] != 'u' {
+			if high {
+				return errSurrogate
+			}
+			continue
+		}
+		code, err := strconv.ParseUint(string(raw[i+1:i+5]), 16, 16)
+		if err != nil {
+			return errors.New("the event holds a malformed \\u escape")
+		}
+		i += 4
+		switch {
+		case code == 0:
+			return errors.New("the event holds \\u0000, which PostgreSQL cannot store")
+		case code >= 0xD800 && code < 0xDC00:
+			if high {
+				return errSurrogate
+			}
+			high = true
+		case code >= 0xDC00 && code < 0xE000:
+			if !high {
+				return errSurrogate
+			}
+			high = false
+		default:
+			if high {
+				return errSurrogate
+			}
+		}
+	}
+	if high {
+		return errSurrogate
+	}
+	return nil
 }
 
 // paymentIntent is the payment the event's object belongs to (sessions, charges, refunds and disputes

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -43,14 +44,17 @@ func getenvFrom(vars map[string]string) func(string) string {
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs the real `onceledger serve` on a free port and returns its base URL; the server is
-// stopped, and must have shut down cleanly, when the test ends.
+// stopped, and must have shut down cleanly, when the test ends. Every goroutine the server starts
+// carries the profiler label serve=<test name> (see serverGoroutines).
 func startServe(t *testing.T, vars map[string]string) string {
 	t.Helper()
 	vars["ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr := &output{}, &output{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, getenvFrom(vars), stdout, stderr) }()
+	go pprof.Do(ctx, pprof.Labels("serve", t.Name()), func(ctx context.Context) {
+		done <- run(ctx, []string{"serve"}, getenvFrom(vars), stdout, stderr)
+	})
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -2,15 +2,21 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
 )
 
@@ -47,27 +53,32 @@ var poolGauge = regexp.MustCompile(`(?m)^onceledger_db_pool_connections\{state="
 // poolConnections reads the pool's open connections from /metrics.
 func poolConnections(t *testing.T, base string) int {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	total := 0
-	for _, m := range poolGauge.FindAllStringSubmatch(string(body), -1) {
+	for _, m := range poolGauge.FindAllStringSubmatch(scrape(t, base), -1) {
 		n, _ := strconv.Atoi(m[2])
 		total += n
 	}
 	return total
 }
 
-// PostgreSQL unreachable for a while: readiness says so, nothing hangs or leaks, and the server
-// recovers on its own when the database returns.
+// PostgreSQL unreachable for a while: readiness says so, webhook deliveries answer 503 and write
+// nothing, nothing hangs or leaks (goroutines, connections), and the server recovers on its own when
+// the database returns, applying the redelivered event once.
 func TestDatabaseOutageAndRecovery(t *testing.T) {
 	t.Parallel()
-	proxy, url := newFaultProxy(t, dbtest.URL(t))
-	base := startServe(t, map[string]string{"DATABASE_URL": url})
+	direct := dbtest.URL(t)
+	proxy, url := newFaultProxy(t, direct)
+	ctx := context.Background()
+	pool := openPool(t, direct)
+	if _, err := ledger.CreateAccount(ctx, pool, "acct_outage", "gbp", 0); err != nil {
+		t.Fatal(err)
+	}
+	base := startServe(t, map[string]string{"DATABASE_URL": url, "STRIPE_WEBHOOK_SECRET": loadSecret})
 	waitStatus(t, base+"/readyz", http.StatusOK, 5*time.Second)
+	before := serverGoroutines(t)
+	if before == 0 {
+		t.Fatal("no goroutine carries the server's label: the leak check would see nothing")
+	}
 
 	proxy.Cut()
 	for range 20 {
@@ -78,12 +89,90 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	if got := statusOf(t, base+"/healthz"); got != http.StatusOK {
 		t.Fatalf("/healthz during the outage = %d, want 200: the process is alive", got)
 	}
+	event := stripeEvent("evt_outage", "checkout.session.completed", map[string]any{
+		"id": "cs_outage", "object": "checkout.session", "payment_status": "paid", "amount_total": 1200,
+		"currency": "gbp", "metadata": map[string]any{"account_id": "acct_outage"}, "payment_intent": "pi_outage",
+	})
+	client := &http.Client{Timeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			if status, err := deliverOnce(client, base, event); err != nil || status != http.StatusServiceUnavailable {
+				t.Errorf("webhook during the outage: %d, %v; want 503 so that Stripe retries", status, err)
+			}
+		})
+	}
+	wg.Wait()
+	var written int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM stripe_events) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM topups)`).Scan(&written); err != nil {
+		t.Fatal(err)
+	}
+	if written != 0 {
+		t.Fatalf("%d rows written by deliveries answered 503", written)
+	}
 	if n := poolConnections(t, base); n > 4 {
 		t.Fatalf("pool holds %d connections during the outage: failed attempts leak", n)
 	}
 
 	proxy.Restore()
 	waitStatus(t, base+"/readyz", http.StatusOK, 10*time.Second)
+	for range 2 {
+		if status, err := deliverOnce(client, base, event); err != nil || status != http.StatusOK {
+			t.Fatalf("webhook after recovery: %d, %v; want 200", status, err)
+		}
+	}
+	acct, err := db.GetAccount(ctx, pool, "acct_outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acct.Balance != 1200 {
+		t.Fatalf("balance %d after the outage and two redeliveries, want 1200", acct.Balance)
+	}
+	metrics := scrape(t, base)
+	if got := sumSamples(metrics, `onceledger_webhook_deliveries_total\{outcome="failed",reason="",type="checkout.session.completed"\}`); got != 10 {
+		t.Errorf("failed deliveries counted %d, want the 10 answered 503", got)
+	}
+	if n := poolConnections(t, base); n > 4 {
+		t.Errorf("pool holds %d connections after recovery, for sequential requests", n)
+	}
+	waitGoroutines(t, before)
+}
+
+// serverGoroutines counts the goroutines of the test's in-process server: startServe labels them,
+// and the label is inherited by every goroutine they start, so other tests running in parallel in
+// this process do not count.
+func serverGoroutines(t *testing.T) int {
+	t.Helper()
+	// Idle keep-alive connections hold a server goroutine each; they are the client's, not a leak.
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	var profile bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&profile, 1); err != nil {
+		t.Fatal(err)
+	}
+	label, _ := json.Marshal(map[string]string{"serve": t.Name()})
+	total := 0
+	for _, record := range strings.Split(profile.String(), "\n\n") {
+		if !strings.Contains(record, "# labels: "+string(label)+"\n") {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.Fields(record)[0])
+		total += n
+	}
+	return total
+}
+
+// waitGoroutines waits for the server's goroutines to come back to about what they were; a few
+// spare ones (a pool connection being made or closed) are not a leak.
+func waitGoroutines(t *testing.T, before int) {
+	t.Helper()
+	const spare = 3
+	var now int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if now = serverGoroutines(t); now <= before+spare {
+			return
+		}
+	}
+	t.Errorf("the server runs %d goroutines after recovery, %d before the outage: a leak", now, before)
 }
 
 // Headers past the server's limit are refused before any handler runs.

@@ -26,6 +26,7 @@ commands:
   migrate version       print the schema version
   reconcile [--once]    bill unbilled decisions and recover missed Stripe events (every RECONCILE_INTERVAL)
   verify                check every ledger invariant; non-zero exit on any violation
+  review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
   replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
   demo                  run the server on a scratch database and show every guarantee at work
   version               print the binary's version and schema version
@@ -71,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reconcileCmd(ctx, e, rest)
 	case "verify":
 		return verify(ctx, e, rest)
+	case "review":
+		return review(ctx, e, rest)
 	case "replay":
 		return replay(ctx, e, rest)
 	case "demo":

@@ -93,6 +93,24 @@ func (q *Queries) StripeEventLock(ctx context.Context, eventID string) (string, 
 	return event_id, err
 }
 
+const stripeEventMarkReviewed = `-- name: StripeEventMarkReviewed :execrows
+UPDATE stripe_events
+SET reviewed_at = now()
+WHERE event_id = $1
+  AND outcome = 'parked'
+`
+
+// Records that an operator looked at a parked event, so that verify stops reporting it as left
+// unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
+// when the event was never received or is not parked.
+func (q *Queries) StripeEventMarkReviewed(ctx context.Context, eventID string) (int64, error) {
+	result, err := q.db.Exec(ctx, stripeEventMarkReviewed, eventID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const stripeEventSetOutcome = `-- name: StripeEventSetOutcome :execrows
 UPDATE stripe_events
 SET outcome = $1, parked_reason = $2, payment_intent = coalesce($3, payment_intent),

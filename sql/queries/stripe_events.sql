@@ -65,3 +65,12 @@ FOR UPDATE;
 -- could park as unknown_payment while the top-up commits unseen, and stay parked. Two payments whose
 -- ids hash alike only wait for each other.
 SELECT pg_advisory_xact_lock(hashtextextended(@payment_intent::text, 0));
+
+-- name: StripeEventMarkReviewed :execrows
+-- Records that an operator looked at a parked event, so that verify stops reporting it as left
+-- unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
+-- when the event was never received or is not parked.
+UPDATE stripe_events
+SET reviewed_at = now()
+WHERE event_id = @event_id
+  AND outcome = 'parked';

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onceledger/onceledger/db/dbtest"
+)
+
+// asBinary makes this test binary run as the onceledger binary itself, so that the crash test can
+// SIGKILL a real process without building another.
+const asBinary = "ONCELEDGER_TEST_AS_BINARY"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asBinary) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// process is onceledger serve running as a separate process.
+type process struct {
+	cmd    *exec.Cmd
+	stderr *output
+}
+
+func startProcess(t *testing.T, env []string) *process {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: exec.Command(self, "serve"), stderr: &output{}}
+	p.cmd.Env = append([]string{asBinary + "=1"}, env...)
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// waitReady polls /readyz until it answers 200; connections are refused until the process listens.
+func (p *process) waitReady(t *testing.T, base string) {
+	t.Helper()
+	client := http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := client.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+	}
+	t.Fatalf("onceledger serve never became ready; logs:\n%s", p.stderr)
+}
+
+// kill ends the process with SIGKILL: no shutdown, no rollback by the server, in-flight requests cut.
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+}
+
+// freeAddr returns a loopback address nothing listens on, to restart the server on the same one.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// The server process is SIGKILLed twice mid-load and restarted on the same address; the senders
+// redeliver through the gaps, and the ledger ends exactly as expected.
+func TestServerProcessKilledUnderLoad(t *testing.T) {
+	t.Parallel()
+	url := dbtest.URL(t)
+	w := newWorkload(200)
+	w.createAccounts(t, url)
+	addr := freeAddr(t)
+	base := "http://" + addr
+	env := []string{"DATABASE_URL=" + url, "ADDR=" + addr, "STRIPE_WEBHOOK_SECRET=" + loadSecret}
+
+	server := startProcess(t, env)
+	server.waitReady(t, base)
+
+	var d delivery
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.deliverAll(t, base, 4, &d)
+	}()
+	for _, at := range []int64{300, 650} {
+		for d.delivered.Load() < at {
+			time.Sleep(2 * time.Millisecond)
+		}
+		server.kill(t)
+		t.Logf("SIGKILL after %d events delivered", d.delivered.Load())
+		server = startProcess(t, env)
+	}
+	<-done
+	t.Logf("answers: %v", d.statuses)
+	if d.count("transport error") == 0 {
+		t.Errorf("no delivery saw the server die: the test proves nothing")
+	}
+	if err := server.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.cmd.Wait(); err != nil {
+		t.Errorf("the restarted server did not shut down cleanly: %v\n%s", err, server.stderr)
+	}
+	w.assertLedger(t, url)
+	if t.Failed() {
+		t.Logf("last server's logs:\n%s", server.stderr)
+	}
+}
