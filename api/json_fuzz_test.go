@@ -8,35 +8,24 @@ import (
 	"testing"
 )
 
-// FuzzDecodeJSON feeds decodeJSON arbitrary bodies for a request shaped like the API's (strings,
-// numbers, a map, a nested object, a list): it never panics, never reads past its limit, and every
-// error is an *Error with a 4xx status and a code. Seeds: testdata/fuzz/FuzzDecodeJSON.
+// FuzzDecodeJSON feeds the decisions intake, the API's largest body, arbitrary bytes: decodeJSON then
+// checkDecisions, as the handler runs them. Neither panics, nothing past the limit is accepted, and
+// every refusal is an *Error with a 4xx status and a code naming the field. Seeds:
+// testdata/fuzz/FuzzDecodeJSON.
 func FuzzDecodeJSON(f *testing.F) {
-	type line struct {
-		Description string `json:"description"`
-		Amount      int64  `json:"amount"`
-	}
-	type request struct {
-		AccountID string            `json:"account_id"`
-		Amount    int64             `json:"amount"`
-		Currency  string            `json:"currency"`
-		Overdraw  bool              `json:"overdraw"`
-		Metadata  map[string]string `json:"metadata"`
-		Source    *struct {
-			Kind string `json:"kind"`
-		} `json:"source"`
-		Lines []line `json:"lines"`
-	}
 	const maxBytes = 4 << 10
 
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/any", strings.NewReader(body))
-		var dst request
-		err := decodeJSON(httptest.NewRecorder(), r, maxBytes, &dst)
+		var batch []decisionJSON
+		err := decodeJSON(httptest.NewRecorder(), r, maxBytes, &batch)
+		if err == nil && len(body) > maxBytes {
+			t.Fatalf("a %d-byte body was accepted past the %d-byte limit", len(body), maxBytes)
+		}
 		if err == nil {
-			if len(body) > maxBytes {
-				t.Fatalf("a %d-byte body was accepted past the %d-byte limit", len(body), maxBytes)
-			}
+			err = checkDecisions(batch)
+		}
+		if err == nil {
 			return
 		}
 		var apiErr *Error

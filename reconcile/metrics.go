@@ -8,6 +8,12 @@ type Metrics struct {
 	BilledDecisions prometheus.Counter
 	// RecoveredEvents counts missed Stripe events a recovery pass applied (not the duplicates).
 	RecoveredEvents prometheus.Counter
+	// LastBilled is when the last billing pass that succeeded started (Unix seconds): everything
+	// reported before it is billed, so time() minus it is how far billing lags.
+	LastBilled prometheus.Gauge
+	// Waiting is the number of decisions the last pass left unbilled because their account does not
+	// exist yet.
+	Waiting prometheus.Gauge
 }
 
 // NewMetrics creates the counters and registers them on reg; with a nil reg they count without being
@@ -23,9 +29,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "onceledger", Subsystem: "reconcile", Name: "recovered_events_total",
 			Help: "Missed Stripe events listed by the API and applied by a recovery pass.",
 		}),
+		LastBilled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "last_billed_timestamp_seconds",
+			Help: "Start of the last successful billing pass; decisions reported before it are billed.",
+		}),
+		Waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "waiting_decisions",
+			Help: "Decisions the last pass could not bill yet because their account does not exist.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents)
+		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting)
 	}
 	return m
 }

@@ -143,6 +143,8 @@ func (r *Reconciler) passStart(now time.Time) (fromSeq int64, full bool) {
 func (r *Reconciler) advance(rep BillReport, full bool, started time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.metrics.LastBilled.Set(float64(started.UnixNano()) / 1e9)
+	r.metrics.Waiting.Set(float64(rep.Waiting))
 	r.cursor = rep.LastSeq
 	if rep.firstWaitingSeq != 0 {
 		r.cursor = min(r.cursor, rep.firstWaitingSeq-1)

@@ -68,12 +68,14 @@ func TestReconcileOnceBillsAndReports(t *testing.T) {
 	}
 }
 
+// serve bills in the background every RECONCILE_INTERVAL, and /metrics shows what it billed, what
+// waits for an account, and when billing last caught up.
 func TestServeBillsDecisionsInTheBackground(t *testing.T) {
 	t.Parallel()
 	url, pool := databaseWithAccount(t, "acct_bg")
 	ctx := context.Background()
-	startServe(t, map[string]string{"DATABASE_URL": url, "RECONCILE_INTERVAL": "50ms"})
-	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_bg', 'acct_bg', 7)`); err != nil {
+	base := startServe(t, map[string]string{"DATABASE_URL": url, "RECONCILE_INTERVAL": "50ms"})
+	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_bg', 'acct_bg', 7), ('dec_later', 'acct_later', 3)`); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -83,10 +85,27 @@ func TestServeBillsDecisionsInTheBackground(t *testing.T) {
 			t.Fatal(err)
 		}
 		if acct.Balance == -7 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("balance still %d after 10s of serve; want -7", acct.Balance)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The pass that billed it has finished once the waiting gauge shows the other decision.
+	for {
+		metrics := scrape(t, base)
+		if sumSamples(metrics, "onceledger_reconcile_waiting_decisions") == 1 {
+			if got := sumSamples(metrics, "onceledger_reconcile_billed_decisions_total"); got != 1 {
+				t.Fatalf("billed decisions metric = %d, want 1", got)
+			}
+			if lastBilled := sumSamples(metrics, "onceledger_reconcile_last_billed_timestamp_seconds"); time.Since(time.Unix(lastBilled, 0)) > time.Minute {
+				t.Fatalf("last billed timestamp %d is not recent", lastBilled)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed one waiting decision:\n%s", metrics)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
