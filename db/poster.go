@@ -60,8 +60,8 @@ const (
 	// groupTimeout bounds one group's transaction: it runs on behalf of many callers, so no single
 	// caller's context may cancel it.
 	groupTimeout = 15 * time.Second
-	// regroupAttempts bounds retries of a group whose plan went stale (a key posted meanwhile by another
-	// transaction) or that lost a deadlock; then its members post one by one.
+	// regroupAttempts bounds retries of a group that found a key taken or lost a deadlock; then its
+	// members post one by one.
 	regroupAttempts = 3
 )
 
@@ -196,8 +196,8 @@ func (s *Poster) take(q *postQueue) []*member {
 // transaction gives its exact answer.
 var errPostAlone = errors.New("post the group's members one by one")
 
-// errRegroup: the group's plan went stale inside its transaction (a key it meant to insert was posted
-// meanwhile by another transaction); the transaction rolled back and the group is planned again.
+// errRegroup: a key the group meant to insert was already taken (posted before, or meanwhile by
+// another transaction); the transaction rolled back and the group is planned again, keys read first.
 var errRegroup = errors.New("plan the group again")
 
 func (s *Poster) commit(group []*member) {
@@ -210,10 +210,15 @@ func (s *Poster) commit(group []*member) {
 	var (
 		outcomes []outcome
 		err      error
+		readKeys bool // the first attempt assumes every key is new, the common case
 	)
 	for range regroupAttempts {
-		outcomes, err = s.postGroup(ctx, group)
-		if !errors.Is(err, errRegroup) && !lostLockRace(err) {
+		outcomes, err = s.postGroup(ctx, group, readKeys)
+		if errors.Is(err, errRegroup) {
+			readKeys = true
+			continue
+		}
+		if !lostLockRace(err) {
 			break
 		}
 	}
@@ -253,7 +258,11 @@ func lostLockRace(err error) bool {
 }
 
 // postGroup runs one group in one transaction and returns each member's outcome, in group order.
-func (s *Poster) postGroup(ctx context.Context, group []*member) ([]outcome, error) {
+// With readKeys, the entries already posted under the group's keys are read first, so that replays and
+// conflicts are planned as such; without, every key is assumed new and a taken one (found by the
+// insert, which then returns no row for it) rolls the group back with errRegroup. Skipping the read
+// keeps the common case at one statement per step, and its plan safe on a ledger without statistics.
+func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) ([]outcome, error) {
 	account := group[0].posting.AccountID
 	var outcomes []outcome
 	err := InTx(ctx, s.pool, func(tx pgx.Tx) error {
@@ -265,9 +274,11 @@ func (s *Poster) postGroup(ctx context.Context, group []*member) ([]outcome, err
 		if err != nil {
 			return fmt.Errorf("lock account %s: %w", account, mapError(err))
 		}
-		stored, err := storedEntries(ctx, q, group)
-		if err != nil {
-			return err
+		stored := map[string]Entry{}
+		if readKeys {
+			if stored, err = storedEntries(ctx, q, group); err != nil {
+				return err
+			}
 		}
 		plan := planGroup(group, start, stored)
 		outcomes = plan.outcomes

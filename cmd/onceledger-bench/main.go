@@ -1,0 +1,320 @@
+// Command onceledger-bench measures the real onceledger server side by side with the physical limit of
+// the same machine: every workload is also run as the same SQL straight through pgx (no HTTP, no JSON,
+// no signature), in the same invocation, and the table shows the ratio. `make bench` runs it.
+//
+// It starts `onceledger serve` as its own process (so that its memory is its own) on a scratch
+// database of the local PostgreSQL server, loopback only, and drops the database at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/pglocal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "onceledger-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	only     string
+	bin      string
+	duration time.Duration
+	accounts int
+	dataDir  string
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("onceledger-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	quick := fs.Bool("quick", false, "smoke run: a fraction of a second per workload")
+	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
+	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings or billing")
+	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *quick {
+		o.duration = 300 * time.Millisecond
+	}
+	o.dataDir = getenv("ONCELEDGER_DATA_DIR")
+	if o.dataDir == "" {
+		o.dataDir = ".data"
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	serverURL, err := pglocal.Server(ctx, o.dataDir, log)
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("onceledger_bench_%d", time.Now().UnixNano())
+	databaseURL, err := pglocal.Database(ctx, serverURL, name)
+	if err != nil {
+		return err
+	}
+	defer dropDatabase(serverURL, name, stderr)
+
+	env := []string{
+		"PATH=" + getenv("PATH"), "DATABASE_URL=" + databaseURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
+		"ONCELEDGER_API_KEYS=" + apiKey, "RECONCILE_INTERVAL=1h",
+	}
+	if err := migrate(ctx, o.bin, env); err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = maxConcurrency
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := seed(ctx, pool, o.accounts); err != nil {
+		return err
+	}
+
+	srv, err := startServer(ctx, o.bin, env)
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, pool: pool, http: newClient(srv.base)}
+	b.all(ctx)
+	hwm, hwmErr := srv.statusKB("VmHWM")
+	stopErr := srv.stop()
+
+	b.print(stdout)
+	fmt.Fprintf(stdout, "\nserver: ready %s after process start (migrations current); RSS peak %s (VmHWM), %s (highest VmRSS sampled)\n",
+		srv.ready.Round(time.Millisecond), mib(hwm, hwmErr), mib(srv.peakRSS.get(), nil))
+	if stopErr != nil {
+		return fmt.Errorf("server did not stop cleanly: %w; logs:\n%s", stopErr, srv.logs)
+	}
+	return nil
+}
+
+const maxConcurrency = 64
+
+// bench holds what the workloads share and the rows measured so far.
+type bench struct {
+	o    options
+	pool *pgxpool.Pool
+	http *client
+	rows []row
+}
+
+// row is one line of the table: a result and what its ratio compares it with.
+type row struct {
+	result
+	baseline *result // nil: this row is a baseline
+	note     string
+}
+
+func (b *bench) add(r result, baseline *result) {
+	b.rows = append(b.rows, row{result: r, baseline: baseline})
+}
+
+// all runs every workload in order; each is bounded by the duration.
+func (b *bench) all(ctx context.Context) {
+	d, accounts := b.o.duration, b.o.accounts
+	if b.wants("webhook") {
+		b.webhooks(ctx, d, accounts)
+	}
+	if b.wants("postings") {
+		b.postings(ctx, d)
+	}
+	if b.wants("billing") {
+		b.rows = append(b.rows, billingRow())
+	}
+}
+
+func (b *bench) wants(family string) bool { return b.o.only == "" || b.o.only == family }
+
+const unbounded = 1 << 30
+
+// webhooks measures first deliveries at each concurrency, concurrent duplicate pairs, and
+// redeliveries of events already processed.
+func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
+	var cold32 result
+	for _, c := range []int{1, 8, 32, 64} {
+		run := fmt.Sprintf("c%d", c)
+		base := measure(ctx, "webhook cold, direct SQL", c, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return applyTopupDirect(ctx, b.pool, newTopupEvent("d"+run, i, accounts)) })
+		})
+		hot := measure(ctx, "webhook cold", c, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.deliver(ctx, newTopupEvent("h"+run, i, accounts)) })
+		})
+		b.add(base, nil)
+		b.add(hot, &base)
+		if c == 32 {
+			cold32 = hot
+		}
+	}
+
+	const dupC = 32
+	base := measure(ctx, "webhook duplicates (pairs), direct SQL", dupC, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+		e := newTopupEvent("dpair", i, accounts)
+		return pair(func() error { return applyTopupDirect(ctx, b.pool, e) })
+	})
+	dup := measure(ctx, "webhook duplicates (pairs)", dupC, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+		e := newTopupEvent("hpair", i, accounts)
+		return pair(func() error { return b.http.deliver(ctx, e) })
+	})
+	b.add(base, nil)
+	b.add(dup, &base)
+	if delivered := cold32.ops; delivered > 0 {
+		// Every event of the cold c=32 run again: the cost of a duplicate next to a first delivery.
+		redelivery := measure(ctx, "webhook redelivery (all duplicates)", dupC, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.deliver(ctx, newTopupEvent("hc32", i%delivered, accounts)) })
+		})
+		b.rows = append(b.rows, row{result: redelivery, baseline: &cold32, note: "ratio vs webhook cold c=32: ≥ 3× means a duplicate costs ≤ 1/3 of a first delivery"})
+	}
+
+}
+
+// postings measures credits on one account: one transaction per posting and group commit, straight
+// through pgx, and through the API.
+func (b *bench) postings(ctx context.Context, d time.Duration) {
+	poster := db.NewPoster(b.pool, db.Ledger{}, db.PosterOptions{})
+	for _, c := range []int{32, 64} {
+		txAccount, groupAccount, apiAccount := fmt.Sprintf("bench_hot_tx_%d", c), fmt.Sprintf("bench_hot_group_%d", c), fmt.Sprintf("bench_hot_api_%d", c)
+		oneTx := measure(ctx, "postings hot, 1 tx/posting, direct SQL", c, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return postOneTx(ctx, b.pool, hotAdjustment(txAccount, i)) })
+		})
+		grouped := measure(ctx, "postings hot, group commit, direct (db.Poster)", c, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error {
+				_, err := poster.Post(ctx, hotAdjustment(groupAccount, i))
+				return err
+			})
+		})
+		api := measure(ctx, "postings hot, API (group commit)", c, d, unbounded, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.adjust(ctx, apiAccount, strconv.Itoa(i)) })
+		})
+		b.add(oneTx, nil)
+		b.add(grouped, &oneTx)
+		b.add(api, &oneTx)
+	}
+}
+
+// billingRow reports the billing workload. The reconciler's own testing.B benchmarks bill 1,000,000
+// decisions (1,000 accounts and one account) next to their pgx baselines; `make bench` runs them after
+// this table, so this row points there rather than measuring the same thing twice.
+func billingRow() row {
+	note := "see `go test -bench` in reconcile (below)"
+	if _, err := os.Stat("reconcile"); err != nil {
+		note = "see `go test -bench` in reconcile (package not in this tree)"
+	}
+	return row{result: result{workload: "billing"}, note: note}
+}
+
+func (b *bench) print(w io.Writer) {
+	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(t, "workload\tc\tops/s\tp50\tp99\tratio\terrors\t")
+	var notes []string
+	for _, r := range b.rows {
+		if r.concurrency == 0 {
+			fmt.Fprintf(t, "%s\t-\t-\t-\t-\t-\t-\t\n", r.workload)
+			notes = append(notes, r.workload+": "+r.note)
+			continue
+		}
+		ratio := "baseline"
+		if r.baseline != nil {
+			ratio = "-"
+			if base := r.baseline.opsPerSecond(); base > 0 && r.ops > 0 {
+				ratio = fmt.Sprintf("%.2f×", r.opsPerSecond()/base)
+			}
+		}
+		fmt.Fprintf(t, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", r.workload, r.concurrency, r.opsPerSecond(),
+			ms(r.p50), ms(r.p99), ratio, r.errors)
+		if r.note != "" {
+			notes = append(notes, fmt.Sprintf("%s c=%d: %s", r.workload, r.concurrency, r.note))
+		}
+		if r.errors > 0 {
+			notes = append(notes, fmt.Sprintf("%s c=%d: %d errors, first: %s", r.workload, r.concurrency, r.errors, clip(r.firstErr, 160)))
+		}
+	}
+	t.Flush()
+	fmt.Fprintln(w, "\nratio: ops/s over the row above it marked baseline (same workload, same concurrency, same SQL through pgx).")
+	for _, n := range notes {
+		fmt.Fprintln(w, "  "+n)
+	}
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func mib(kb int64, err error) string {
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(kb)/1024)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func migrate(ctx context.Context, bin string, env []string) error {
+	cmd := exec.CommandContext(ctx, bin, "migrate", "up")
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s migrate up: %w\n%s", bin, err, out)
+	}
+	return nil
+}
+
+// seed creates the accounts the workloads post to, in one statement.
+func seed(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
+	_, err := pool.Exec(ctx, `
+		INSERT INTO accounts (id, currency)
+		SELECT 'bench_' || lpad(n::text, 5, '0'), 'usd' FROM generate_series(0, $1 - 1) AS n
+		UNION ALL SELECT unnest($2::text[]), 'usd'`, accounts, hotAccounts)
+	if err != nil {
+		return fmt.Errorf("seed %d accounts: %w", accounts, err)
+	}
+	return nil
+}
+
+// dropDatabase removes the scratch database, even when the run was interrupted.
+func dropDatabase(serverURL, name string, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err == nil {
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "onceledger-bench: drop scratch database %s: %v\n", name, err)
+	}
+}
