@@ -19,6 +19,9 @@ type Deps struct {
 	Config config.Config
 	// Ledger posts every entry, so that its side effects (notifications) ride along.
 	Ledger db.Ledger
+	// Poster posts operator adjustments with group commit through Ledger, so that a hot account takes
+	// many concurrent postings per transaction; each caller still gets its own posting's answer.
+	Poster *db.Poster
 }
 
 // NewHandler returns the whole HTTP surface.
