@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,7 +183,9 @@ func TestPosterTransientGroupFailureFailsEveryMemberAndPostsNothing(t *testing.T
 	const acct = "acct_transient"
 	createAccount(t, pool, acct)
 	// The failure strikes once the group has inserted its entries and moved the balance.
-	failing := db.Ledger{OnPosted: func(context.Context, pgx.Tx, []db.Posted) error {
+	var largest atomic.Int64
+	failing := db.Ledger{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Posted) error {
+		largest.Store(max(largest.Load(), int64(len(posted))))
 		return fmt.Errorf("%w: connection lost", db.ErrTransient)
 	}}
 	var postings []db.Posting
@@ -194,6 +197,9 @@ func TestPosterTransientGroupFailureFailsEveryMemberAndPostsNothing(t *testing.T
 		if !db.IsTransient(err) || outs[i].Posted {
 			t.Fatalf("caller %d = %+v, %v; want the transient error", i, outs[i], err)
 		}
+	}
+	if largest.Load() < 2 {
+		t.Fatalf("the postings never met in a group (largest %d)", largest.Load())
 	}
 	if got := balance(t, pool, acct); got != 0 {
 		t.Fatalf("balance = %d after a failed group, want 0", got)
@@ -245,5 +251,25 @@ func TestPosterMemberFailureFailsOnlyThatMember(t *testing.T) {
 	}
 	if got := count(t, pool, `SELECT count(*) FROM ledger`); got != 8 {
 		t.Fatalf("ledger holds %d entries, want 8", got)
+	}
+}
+
+func TestPosterCallerThatLeavesBeforeItsGroupPostsNothing(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_leaves"
+	createAccount(t, pool, acct)
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow})
+	ctx, cancel := context.WithTimeout(context.Background(), burstWindow/4)
+	defer cancel()
+	if _, err := poster.Post(ctx, adjustment(acct, "api:acct_leaves:1", 5)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("post after the caller's deadline = %v, want context.DeadlineExceeded", err)
+	}
+	// The next posting's group runs after the withdrawn one was due: only it is posted.
+	if out, err := poster.Post(context.Background(), adjustment(acct, "api:acct_leaves:2", 7)); err != nil || !out.Posted || out.Balance != 7 {
+		t.Fatalf("next post = %+v, %v; want posted with balance 7", out, err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE account_id = $1`, acct); got != 1 {
+		t.Fatalf("ledger holds %d entries, want only the second posting", got)
 	}
 }
