@@ -12,7 +12,7 @@ import (
 type result struct {
 	workload    string
 	concurrency int
-	ops         int // operations that succeeded
+	ops         int // requests that succeeded
 	errors      int
 	firstErr    string
 	elapsed     time.Duration
@@ -26,13 +26,13 @@ func (r result) opsPerSecond() float64 {
 	return float64(r.ops) / r.elapsed.Seconds()
 }
 
-// op performs operation number i (unique within one workload) and returns how many operations it
-// counts for: a pair of deliveries counts two.
+// op performs operation number i (unique within one workload) and returns the latency of each
+// request it made: a pair of deliveries makes two.
 type op func(ctx context.Context, i int) (latencies []time.Duration, err error)
 
-// measure runs op from concurrency workers in a closed loop until the duration is over or maxOps
-// operations were started, and reports throughput and latency percentiles of the successful ones.
-func measure(ctx context.Context, name string, concurrency int, duration time.Duration, maxOps int, do op) result {
+// measure runs op from concurrency workers in a closed loop until the duration is over, and reports
+// the throughput and latency percentiles of the successful requests.
+func measure(ctx context.Context, name string, concurrency int, duration time.Duration, do op) result {
 	var (
 		next     atomic.Int64
 		mu       sync.Mutex
@@ -52,9 +52,6 @@ func measure(ctx context.Context, name string, concurrency int, duration time.Du
 			var myErr string
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
-				if i >= maxOps {
-					break
-				}
 				lat, err := do(ctx, i)
 				if err != nil {
 					myFailures++
