@@ -99,7 +99,15 @@ type outcome struct {
 
 type postQueue struct {
 	waiting []*member     // guarded by Poster.mu
-	full    chan struct{} // wakes the drain when MaxGroup postings wait
+	last    int           // size of the last group taken; guarded by Poster.mu
+	full    chan struct{} // wakes the drain when a group is complete before its window ends
+}
+
+// complete reports that the group need not wait for its window: MaxGroup postings wait, or as many
+// as the last group held. Callers answered by one group tend to come back together; once they all
+// have, waiting longer only adds latency.
+func (q *postQueue) complete(max int) bool {
+	return len(q.waiting) >= max || (q.last > 1 && len(q.waiting) >= q.last)
 }
 
 // Post posts p in the next group of its account and returns once that group committed (or failed).
@@ -131,7 +139,7 @@ func (s *Poster) enqueue(m *member) {
 		go s.drain(account, q)
 	}
 	q.waiting = append(q.waiting, m)
-	if len(q.waiting) >= s.max {
+	if q.complete(s.max) {
 		select {
 		case q.full <- struct{}{}:
 		default:
@@ -150,9 +158,9 @@ func (s *Poster) drain(account string, q *postQueue) {
 			return
 		}
 		wait := s.window - time.Since(q.waiting[0].arrived)
-		full := len(q.waiting) >= s.max
+		complete := q.complete(s.max)
 		s.mu.Unlock()
-		if !full && wait > 0 {
+		if !complete && wait > 0 {
 			timer := time.NewTimer(wait)
 			select {
 			case <-timer.C:
@@ -172,6 +180,7 @@ func (s *Poster) take(q *postQueue) []*member {
 	n := min(len(q.waiting), s.max)
 	batch := q.waiting[:n:n]
 	q.waiting = slices.Clone(q.waiting[n:])
+	q.last = n
 	select {
 	case <-q.full:
 	default:
