@@ -48,7 +48,7 @@ type Poster struct {
 type PosterOptions struct {
 	// Window is how long the oldest waiting posting of an account waits for others before its group
 	// commits (default 2ms). Postings that arrived while the account's previous group was committing
-	// have waited that long already and commit at once.
+	// have waited that long already and commit at once, and so does a group as large as the last one.
 	Window time.Duration
 	// MaxGroup caps the postings in one transaction (default 256); a full group commits at once.
 	MaxGroup int
