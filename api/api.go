@@ -20,11 +20,15 @@ type Deps struct {
 	// Ledger posts every entry, so that its side effects (notifications) ride along.
 	Ledger db.Ledger
 	// Poster posts operator adjustments with group commit through Ledger, so that a hot account takes
-	// many concurrent postings per transaction; each caller still gets its own posting's answer.
+	// many concurrent postings per transaction; each caller still gets its own posting's answer. One
+	// over Pool and Ledger when nil.
 	Poster *db.Poster
 }
 
 // NewHandler returns the whole HTTP surface.
 func NewHandler(d Deps) http.Handler {
+	if d.Poster == nil {
+		d.Poster = db.NewPoster(d.Pool, d.Ledger, db.PosterOptions{})
+	}
 	return routes(d)
 }

@@ -237,6 +237,11 @@ func (s *Poster) commit(group []*member) {
 			m.answer <- outcomes[i]
 		}
 	case IsTransient(err) && !lostLockRace(err):
+		// Callers branch on the sentinel (503, retry later); a group's own statements are not mapped,
+		// since any other failure of theirs is resolved member by member below.
+		if !errors.Is(err, ErrTransient) {
+			err = fmt.Errorf("%w: %w", ErrTransient, err)
+		}
 		for _, m := range group {
 			m.answer <- outcome{err: err}
 		}
@@ -281,7 +286,7 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 			return errPostAlone
 		}
 		if err != nil {
-			return fmt.Errorf("lock account %s: %w", account, mapError(err))
+			return fmt.Errorf("lock account %s: %w", account, err)
 		}
 		stored := map[string]Entry{}
 		if readKeys {
@@ -299,7 +304,7 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 		if plan.balance != start {
 			balance, err := q.AccountBalanceAdd(ctx, dbsqlc.AccountBalanceAddParams{ID: account, Amount: plan.balance - start})
 			if err != nil {
-				return fmt.Errorf("update balance of %s: %w", account, mapError(err))
+				return fmt.Errorf("update balance of %s: %w", account, err)
 			}
 			if balance != plan.balance {
 				return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, balance, plan.balance)
@@ -335,7 +340,7 @@ func storedEntries(ctx context.Context, q *dbsqlc.Queries, group []*member) (map
 	}
 	rows, err := q.GroupCommitEntriesByKeys(ctx, keys)
 	if err != nil {
-		return nil, fmt.Errorf("read entries for %d dedupe keys: %w", len(keys), mapError(err))
+		return nil, fmt.Errorf("read entries for %d dedupe keys: %w", len(keys), err)
 	}
 	for _, r := range rows {
 		stored[*r.DedupeKey] = entryFromRow(r)
@@ -402,7 +407,7 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 	}
 	rows, err := q.GroupCommitEntriesInsert(ctx, arg)
 	if err != nil {
-		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].posting.AccountID, mapError(err))
+		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].posting.AccountID, err)
 	}
 	if len(rows) != len(insert) {
 		return nil, errRegroup

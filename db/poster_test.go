@@ -194,7 +194,7 @@ func TestPosterTransientGroupFailureFailsEveryMemberAndPostsNothing(t *testing.T
 	}
 	outs, errs := postAllAtOnce(db.NewPoster(pool, failing, db.PosterOptions{Window: burstWindow}), postings)
 	for i, err := range errs {
-		if !db.IsTransient(err) || outs[i].Posted {
+		if !errors.Is(err, db.ErrTransient) || outs[i].Posted {
 			t.Fatalf("caller %d = %+v, %v; want the transient error", i, outs[i], err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/db"
 )
 
 // serve runs the HTTP server until ctx is cancelled (SIGINT/SIGTERM), then drains in-flight requests
@@ -22,7 +21,7 @@ func serve(ctx context.Context, e env) error {
 	defer pool.Close()
 
 	srv := &http.Server{
-		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg, Poster: db.NewPoster(pool, db.Ledger{}, db.PosterOptions{})}),
+		Handler:           api.NewHandler(api.Deps{Pool: pool, Log: e.log, Config: e.cfg}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
