@@ -16,7 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -38,6 +40,7 @@ func main() {
 }
 
 type options struct {
+	quick    bool
 	only     string
 	bin      string
 	duration time.Duration
@@ -49,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("onceledger-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	quick := fs.Bool("quick", false, "smoke run: a fraction of a second per workload")
+	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
 	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings or billing")
@@ -57,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *quick {
+	if o.quick {
 		o.duration = 300 * time.Millisecond
 	}
 	o.dataDir = getenv("ONCELEDGER_DATA_DIR")
@@ -147,7 +150,7 @@ func (b *bench) all(ctx context.Context) {
 		b.postings(ctx, d)
 	}
 	if b.wants("billing") {
-		b.rows = append(b.rows, billingRow())
+		b.billing(ctx)
 	}
 }
 
@@ -219,15 +222,48 @@ func (b *bench) postings(ctx context.Context, d time.Duration) {
 	}
 }
 
-// billingRow reports the billing workload. The reconciler's own testing.B benchmarks bill 1,000,000
-// decisions (1,000 accounts and one account) next to their pgx baselines; `make bench` runs them after
-// this table, so this row points there rather than measuring the same thing twice.
-func billingRow() row {
-	note := "see `go test -bench` in reconcile (below)"
-	if _, err := os.Stat("reconcile"); err != nil {
-		note = "see `go test -bench` in reconcile (package not in this tree)"
+// billingBenchmark is the reconciler's own benchmark: one first billing pass over 1,000,000 decisions,
+// through the reconciler and through its baseline (the same SQL through pgx), over 1,000 accounts and
+// over one. It reports decisions/s.
+const billingBenchmark = "^BenchmarkBilling$"
+
+var billingLine = regexp.MustCompile(`^BenchmarkBilling/accounts=(\d+)/(reconciler|baseline)\S*\s.*?([0-9.e+]+) decisions/s`)
+
+// billing runs the reconciler's benchmark once (`go test` in reconcile/) and turns its rates into
+// rows of the table, each reconciler row next to its baseline.
+func (b *bench) billing(ctx context.Context) {
+	switch _, err := os.Stat("reconcile"); {
+	case err != nil:
+		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "no reconcile package in this tree"})
+		return
+	case b.o.quick:
+		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "skipped by -quick: 1,000,000 decisions take minutes"})
+		return
 	}
-	return row{result: result{workload: "billing"}, note: note}
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", billingBenchmark, "-benchtime", "1x", "./reconcile")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.rows = append(b.rows, row{result: result{workload: "billing", errors: 1, firstErr: clip(string(out), 400)}})
+		return
+	}
+	rates := map[string]float64{} // "1000/baseline" → decisions/s
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := billingLine.FindStringSubmatch(line); m != nil {
+			rate, err := strconv.ParseFloat(m[3], 64)
+			if err == nil {
+				rates[m[1]+"/"+m[2]] = rate
+			}
+		}
+	}
+	for _, accounts := range []struct{ key, label string }{{"1000", "1,000 accounts"}, {"1", "one account"}} {
+		base := result{workload: "billing, " + accounts.label + ", direct SQL", concurrency: 1, rate: rates[accounts.key+"/baseline"]}
+		reconciler := result{workload: "billing, " + accounts.label, concurrency: 1, rate: rates[accounts.key+"/reconciler"]}
+		if base.rate == 0 || reconciler.rate == 0 {
+			reconciler.errors, reconciler.firstErr = 1, "no decisions/s in the output of go test -bench "+billingBenchmark+" ./reconcile"
+		}
+		b.add(base, nil)
+		b.add(reconciler, &base)
+	}
 }
 
 func (b *bench) print(w io.Writer) {
@@ -236,15 +272,20 @@ func (b *bench) print(w io.Writer) {
 	var notes []string
 	for _, r := range b.rows {
 		if r.concurrency == 0 {
-			fmt.Fprintf(t, "%s\t-\t-\t-\t-\t-\t-\t\n", r.workload)
-			notes = append(notes, r.workload+": "+r.note)
+			fmt.Fprintf(t, "%s\t-\t-\t-\t-\t-\t%d\t\n", r.workload, r.errors)
+			if r.note != "" {
+				notes = append(notes, r.workload+": "+r.note)
+			}
+			if r.errors > 0 {
+				notes = append(notes, r.workload+": "+r.firstErr)
+			}
 			continue
 		}
 		ratio := "baseline"
 		if r.baseline != nil {
 			ratio = "-"
-			if base := r.baseline.opsPerSecond(); base > 0 && r.ops > 0 {
-				ratio = fmt.Sprintf("%.2f×", r.opsPerSecond()/base)
+			if base, own := r.baseline.opsPerSecond(), r.opsPerSecond(); base > 0 && own > 0 {
+				ratio = fmt.Sprintf("%.2f×", own/base)
 			}
 		}
 		fmt.Fprintf(t, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", r.workload, r.concurrency, r.opsPerSecond(),
