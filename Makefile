@@ -48,17 +48,17 @@ verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up on a scra
 	go vet ./...
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
 
+# BenchmarkBilling is in the table already (onceledger-bench runs it); the rest run after it.
+bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run
+	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
+	go test -count=1 -run '^$$' -bench . -skip '^BenchmarkBilling$$' $(if $(QUICK),-benchtime=1x) ./...
+
 generate: $(SQLC) ## regenerate db/dbsqlc from sql/ (never edit it by hand)
 	$(SQLC) generate
 
 lint: ## go vet and gofmt
 	go vet ./...
 	@test -z "$$(gofmt -l . | grep -v '^.bin/')" || (gofmt -l . ; echo 'gofmt: files above need formatting'; exit 1)
-
-# BenchmarkBilling is in the table already (onceledger-bench runs it); the rest run after it.
-bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run
-	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
-	go test -count=1 -run '^$$' -bench . -skip '^BenchmarkBilling$$' $(if $(QUICK),-benchtime=1x) ./...
 
 clean: ## remove built binaries (keeps the private database in .data/)
 	rm -f $(ONCELEDGER)
