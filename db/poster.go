@@ -101,6 +101,7 @@ type postQueue struct {
 	waiting []*member     // guarded by Poster.mu
 	last    int           // size of the last group taken; guarded by Poster.mu
 	full    chan struct{} // wakes the drain when a group is complete before its window ends
+	arrival chan struct{} // wakes an idle drain
 }
 
 // complete reports that the group need not wait for its window: MaxGroup postings wait, or as many
@@ -134,28 +135,42 @@ func (s *Poster) enqueue(m *member) {
 	defer s.mu.Unlock()
 	q := s.queues[account]
 	if q == nil {
-		q = &postQueue{full: make(chan struct{}, 1)}
+		q = &postQueue{full: make(chan struct{}, 1), arrival: make(chan struct{}, 1)}
 		s.queues[account] = q
 		go s.drain(account, q)
 	}
 	q.waiting = append(q.waiting, m)
+	signal(q.arrival)
 	if q.complete(s.max) {
-		select {
-		case q.full <- struct{}{}:
-		default:
-		}
+		signal(q.full)
 	}
 }
 
-// drain commits an account's groups one after the other until none waits, then ends: an idle account
-// costs no goroutine.
+// signal wakes the receiver of c, if it is not already due to wake.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// drain commits an account's groups one after the other until none has waited for a whole window,
+// then ends: an idle account costs no goroutine. Lingering that long keeps the last group's size for
+// the callers it answered, who are usually on their way back.
 func (s *Poster) drain(account string, q *postQueue) {
 	for {
 		s.mu.Lock()
 		if len(q.waiting) == 0 {
-			delete(s.queues, account)
 			s.mu.Unlock()
-			return
+			if s.awaitArrival(q) {
+				continue
+			}
+			s.mu.Lock()
+			if len(q.waiting) == 0 {
+				delete(s.queues, account)
+				s.mu.Unlock()
+				return
+			}
 		}
 		wait := s.window - time.Since(q.waiting[0].arrived)
 		complete := q.complete(s.max)
@@ -171,6 +186,18 @@ func (s *Poster) drain(account string, q *postQueue) {
 		if group := s.take(q); len(group) > 0 {
 			s.commit(group)
 		}
+	}
+}
+
+// awaitArrival waits up to one window for a posting to arrive and reports whether one did.
+func (s *Poster) awaitArrival(q *postQueue) bool {
+	timer := time.NewTimer(s.window)
+	defer timer.Stop()
+	select {
+	case <-q.arrival:
+		return true
+	case <-timer.C:
+		return false
 	}
 }
 

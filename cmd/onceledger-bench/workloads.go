@@ -187,6 +187,6 @@ func hotAdjustment(account string, i int) db.Posting {
 // row updated once per posting piles up dead versions that every later posting on it walks through
 // until vacuum, so no workload starts on a row another one churned.
 var hotAccounts = []string{
-	"bench_hot_tx_32", "bench_hot_group_32", "bench_hot_api_32",
-	"bench_hot_tx_64", "bench_hot_group_64", "bench_hot_api_64",
+	"bench_hot_pooled_32", "bench_hot_tx_32", "bench_hot_group_32", "bench_hot_api_32",
+	"bench_hot_pooled_64", "bench_hot_tx_64", "bench_hot_group_64", "bench_hot_api_64",
 }

@@ -14,12 +14,14 @@ const groupCommitAccountLock = `-- name: GroupCommitAccountLock :one
 SELECT balance
 FROM accounts
 WHERE id = $1
-FOR UPDATE
+FOR NO KEY UPDATE
 `
 
 // Locks the account row of a posting group and returns its balance. The group decides which of its
 // no-overdraw members fit against this balance, and nothing else can move it before the group commits.
-// Returns no row when the account does not exist.
+// NO KEY UPDATE is the lock the balance update takes anyway: it leaves other transactions' foreign-key
+// checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
+// not exist.
 func (q *Queries) GroupCommitAccountLock(ctx context.Context, id string) (int64, error) {
 	row := q.db.QueryRow(ctx, groupCommitAccountLock, id)
 	var balance int64

@@ -1,11 +1,13 @@
 -- name: GroupCommitAccountLock :one
 -- Locks the account row of a posting group and returns its balance. The group decides which of its
 -- no-overdraw members fit against this balance, and nothing else can move it before the group commits.
--- Returns no row when the account does not exist.
+-- NO KEY UPDATE is the lock the balance update takes anyway: it leaves other transactions' foreign-key
+-- checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
+-- not exist.
 SELECT balance
 FROM accounts
 WHERE id = @id
-FOR UPDATE;
+FOR NO KEY UPDATE;
 
 -- name: GroupCommitEntriesByKeys :many
 -- The entries already posted under any of a group's dedupe keys: those members are replays or
