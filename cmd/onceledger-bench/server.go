@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -22,7 +23,7 @@ type server struct {
 	base    string
 	ready   time.Duration // from process start to the first /readyz = 200
 	logs    *tail
-	peakRSS atomic64
+	peakRSS peak
 }
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
@@ -79,7 +80,7 @@ func startServer(ctx context.Context, bin string, env []string) (*server, error)
 func (s *server) sampleRSS(ctx context.Context) {
 	for ctx.Err() == nil {
 		if kb, err := s.statusKB("VmRSS"); err == nil {
-			s.peakRSS.max(kb)
+			s.peakRSS.observe(kb)
 		} else {
 			return
 		}
@@ -139,19 +140,16 @@ func (t *tail) String() string {
 	return string(t.buf)
 }
 
-type atomic64 struct {
-	mu sync.Mutex
-	v  int64
+// peak keeps the highest value observed, from any goroutine.
+type peak struct{ v atomic.Int64 }
+
+func (p *peak) observe(v int64) {
+	for {
+		cur := p.v.Load()
+		if v <= cur || p.v.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }
 
-func (a *atomic64) max(v int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.v = max(a.v, v)
-}
-
-func (a *atomic64) get() int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.v
-}
+func (p *peak) get() int64 { return p.v.Load() }
