@@ -7,8 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -23,18 +21,12 @@ func adjustmentKey(accountID, idempotencyKey string) string {
 	return "api:" + accountID + ":" + idempotencyKey
 }
 
-// postAdjustment posts one adjustment in its own transaction. It is the only way the adjustments
-// handler reaches the ledger, so that a poster with the same semantics (a group commit for hot
-// accounts) can replace it: Posted=false on an exact replay, db.ErrDedupeConflict,
+// postAdjustment posts one adjustment through the group-commit Poster: concurrent adjustments of one
+// (hot) account share a transaction, and each caller still gets its own posting's answer, exactly as
+// from its own transaction: Posted=false on an exact replay, db.ErrDedupeConflict,
 // db.ErrInsufficientBalance, db.ErrAccountNotFound.
 func postAdjustment(ctx context.Context, d Deps, p db.Posting) (db.Posted, error) {
-	var out db.Posted
-	err := db.InTx(ctx, d.Pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = d.Ledger.Post(ctx, tx, p)
-		return err
-	})
-	return out, err
+	return d.Poster.Post(ctx, p)
 }
 
 // handlePostAdjustment posts an operator adjustment once per Idempotency-Key. A replay with the same

@@ -22,12 +22,19 @@ type Deps struct {
 	Ledger db.Ledger
 	// Metrics is exported at /metrics; a fresh set when nil.
 	Metrics *metrics.Metrics
+	// Poster posts operator adjustments with group commit through Ledger, so that a hot account takes
+	// many concurrent postings per transaction; each caller still gets its own posting's answer. One
+	// over Pool and Ledger when nil.
+	Poster *db.Poster
 }
 
 // NewHandler returns the whole HTTP surface.
 func NewHandler(d Deps) http.Handler {
 	if d.Metrics == nil {
 		d.Metrics = metrics.New()
+	}
+	if d.Poster == nil {
+		d.Poster = db.NewPoster(d.Pool, d.Ledger, db.PosterOptions{})
 	}
 	return routes(d)
 }

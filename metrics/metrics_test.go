@@ -84,3 +84,32 @@ func TestMetricsEndpointExportsLatencyAndPool(t *testing.T) {
 		}
 	}
 }
+
+// The group-commit Poster counts exactly as Post does: replays and conflicts settled inside a group
+// too.
+func TestPosterPostingsAreCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	m := metrics.New()
+	ledger := db.Ledger{Observe: m.ObservePosting}
+	if _, err := ledger.CreateAccount(ctx, pool, "acct_p", "usd", 0); err != nil {
+		t.Fatal(err)
+	}
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	credit := db.Posting{AccountID: "acct_p", Kind: db.KindAdjustment, Amount: 50, DedupeKey: "api:acct_p:k1", NoOverdraw: true}
+	for range 3 {
+		if _, err := poster.Post(ctx, credit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	credit.Amount = 60
+	if _, err := poster.Post(ctx, credit); !errors.Is(err, db.ErrDedupeConflict) {
+		t.Fatalf("err = %v, want ErrDedupeConflict", err)
+	}
+	for result, n := range map[string]float64{"posted": 1, "replay": 2, "conflict": 1} {
+		if got := testutil.ToFloat64(m.Postings.WithLabelValues("adjustment", result)); got != n {
+			t.Errorf("adjustment %s = %v, want %v", result, got, n)
+		}
+	}
+}

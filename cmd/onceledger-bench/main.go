@@ -1,0 +1,376 @@
+// Command onceledger-bench measures the real onceledger server side by side with the physical limit of
+// the same machine: every workload is also run as the same SQL straight through pgx (no HTTP, no JSON,
+// no signature), in the same invocation, and the table shows the ratio. `make bench` runs it.
+//
+// It starts `onceledger serve` as its own process (so that its memory is its own) on a scratch
+// database of the local PostgreSQL server, loopback only, and drops the database at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/pglocal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "onceledger-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	quick    bool
+	only     string
+	bin      string
+	duration time.Duration
+	accounts int
+	dataDir  string
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("onceledger-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
+	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
+	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings or billing")
+	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.quick {
+		o.duration = 300 * time.Millisecond
+	}
+	o.dataDir = getenv("ONCELEDGER_DATA_DIR")
+	if o.dataDir == "" {
+		o.dataDir = ".data"
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	serverURL, err := pglocal.Server(ctx, o.dataDir, log)
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("onceledger_bench_%d", time.Now().UnixNano())
+	databaseURL, err := pglocal.Database(ctx, serverURL, name)
+	if err != nil {
+		return err
+	}
+	defer dropDatabase(serverURL, name, stderr)
+
+	env := []string{
+		"PATH=" + getenv("PATH"), "DATABASE_URL=" + databaseURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
+		"ONCELEDGER_API_KEYS=" + apiKey, "RECONCILE_INTERVAL=1h",
+	}
+	if err := migrate(ctx, o.bin, env); err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = maxConcurrency
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := seed(ctx, pool, o.accounts); err != nil {
+		return err
+	}
+
+	srv, err := startServer(ctx, o.bin, env)
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, databaseURL: databaseURL, pool: pool, http: newClient(srv.base)}
+	b.all(ctx)
+	hwm, hwmErr := srv.statusKB("VmHWM")
+	stopErr := srv.stop()
+
+	b.print(stdout)
+	fmt.Fprintf(stdout, "\nserver: ready %s after process start (migrations current); RSS peak %s (VmHWM), %s (highest VmRSS sampled)\n",
+		srv.ready.Round(time.Millisecond), mib(hwm, hwmErr), mib(srv.peakRSS.get(), nil))
+	if stopErr != nil {
+		return fmt.Errorf("server did not stop cleanly: %w; logs:\n%s", stopErr, srv.logs)
+	}
+	return nil
+}
+
+const maxConcurrency = 64
+
+// bench holds what the workloads share and the rows measured so far.
+type bench struct {
+	o           options
+	databaseURL string
+	pool        *pgxpool.Pool
+	http        *client
+	rows        []row
+}
+
+// row is one line of the table: a result and what its ratio compares it with.
+type row struct {
+	result
+	baseline *result // nil: this row is a baseline
+	note     string
+}
+
+func (b *bench) add(r result, baseline *result) {
+	b.rows = append(b.rows, row{result: r, baseline: baseline})
+}
+
+// all runs every workload in order; each is bounded by the duration.
+func (b *bench) all(ctx context.Context) {
+	d, accounts := b.o.duration, b.o.accounts
+	if b.wants("webhook") {
+		b.webhooks(ctx, d, accounts)
+	}
+	if b.wants("postings") {
+		b.postings(ctx, d)
+	}
+	if b.wants("billing") {
+		b.billing(ctx)
+	}
+}
+
+func (b *bench) wants(family string) bool { return b.o.only == "" || b.o.only == family }
+
+// webhooks measures first deliveries at each concurrency, concurrent duplicate pairs, and
+// redeliveries of events already processed.
+func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
+	var cold32 result
+	for _, c := range []int{1, 8, 32, 64} {
+		run := fmt.Sprintf("c%d", c)
+		base := measure(ctx, "webhook cold, direct SQL", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return applyTopupDirect(ctx, b.pool, newTopupEvent("d"+run, i, accounts)) })
+		})
+		served := measure(ctx, "webhook cold", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.deliver(ctx, newTopupEvent("h"+run, i, accounts)) })
+		})
+		b.add(base, nil)
+		b.add(served, &base)
+		if c == 32 {
+			cold32 = served
+		}
+	}
+
+	// Pairs in flight: at c=32, 64 deliveries at once, as many as the baseline's connections.
+	for _, c := range []int{1, 8, 32} {
+		run := fmt.Sprintf("c%d", c)
+		base := measure(ctx, "webhook duplicates (pairs), direct SQL", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			e := newTopupEvent("dpair"+run, i, accounts)
+			return pair(func() error { return applyTopupDirect(ctx, b.pool, e) })
+		})
+		dup := measure(ctx, "webhook duplicates (pairs)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			e := newTopupEvent("hpair"+run, i, accounts)
+			return pair(func() error { return b.http.deliver(ctx, e) })
+		})
+		b.add(base, nil)
+		b.add(dup, &base)
+	}
+	if delivered := cold32.ops; delivered > 0 {
+		// Every event of the cold c=32 run again: the cost of a duplicate next to a first delivery.
+		redelivery := measure(ctx, "webhook redelivery (all duplicates)", 32, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.deliver(ctx, newTopupEvent("hc32", i%delivered, accounts)) })
+		})
+		b.rows = append(b.rows, row{result: redelivery, baseline: &cold32, note: "ratio vs webhook cold c=32: ≥ 3× means a duplicate costs ≤ 1/3 of a first delivery"})
+	}
+}
+
+// postings measures credits on one account: one transaction per posting and group commit, straight
+// through pgx, and through the API.
+func (b *bench) postings(ctx context.Context, d time.Duration) {
+	poster := db.NewPoster(b.pool, db.Ledger{}, db.PosterOptions{})
+	// One transaction per posting runs twice: on as many connections as callers (the lock queue grows
+	// with them) and on a pool the size of the server's, which queues callers in the pool instead and
+	// is the faster of the two: the baseline group commit is measured against.
+	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	if err != nil {
+		b.rows = append(b.rows, row{result: result{workload: "postings hot", errors: 1, firstErr: err.Error()}})
+		return
+	}
+	defer serverPool.Close()
+	pooled := fmt.Sprintf("postings hot, 1 tx/posting, direct SQL, %d conns", serverPool.Config().MaxConns)
+	for _, c := range []int{32, 64} {
+		account := func(workload string) string { return fmt.Sprintf("bench_hot_%s_%d", workload, c) }
+		oneTx := measure(ctx, pooled, c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return postOneTx(ctx, serverPool, hotAdjustment(account("pooled"), i)) })
+		})
+		oneTxPerCaller := measure(ctx, fmt.Sprintf("postings hot, 1 tx/posting, direct SQL, %d conns", c), c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return postOneTx(ctx, b.pool, hotAdjustment(account("tx"), i)) })
+		})
+		grouped := measure(ctx, "postings hot, group commit, direct (db.Poster)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error {
+				_, err := poster.Post(ctx, hotAdjustment(account("group"), i))
+				return err
+			})
+		})
+		api := measure(ctx, "postings hot, API (group commit)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.adjust(ctx, account("api"), strconv.Itoa(i)) })
+		})
+		b.add(oneTx, nil)
+		b.add(oneTxPerCaller, &oneTx)
+		b.add(grouped, &oneTx)
+		b.add(api, &oneTx)
+	}
+}
+
+// billingBenchmark is the reconciler's own benchmark: one first billing pass over 1,000,000 decisions,
+// through the reconciler and through its baseline (the same SQL through pgx), over 1,000 accounts and
+// over one. It reports decisions/s.
+const billingBenchmark = "^BenchmarkBilling$"
+
+var billingLine = regexp.MustCompile(`^BenchmarkBilling/accounts=(\d+)/(reconciler|baseline)\S*\s.*?([0-9.e+]+) decisions/s`)
+
+// billing runs the reconciler's benchmark once (`go test` in reconcile/) and turns its rates into
+// rows of the table, each reconciler row next to its baseline.
+func (b *bench) billing(ctx context.Context) {
+	switch _, err := os.Stat("reconcile"); {
+	case err != nil:
+		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "no reconcile package in this tree"})
+		return
+	case b.o.quick:
+		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "skipped by -quick: 1,000,000 decisions take minutes"})
+		return
+	}
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", billingBenchmark, "-benchtime", "1x", "./reconcile")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.rows = append(b.rows, row{result: result{workload: "billing", errors: 1, firstErr: clip(string(out), 400)}})
+		return
+	}
+	rates := map[string]float64{} // "1000/baseline" → decisions/s
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := billingLine.FindStringSubmatch(line); m != nil {
+			rate, err := strconv.ParseFloat(m[3], 64)
+			if err == nil {
+				rates[m[1]+"/"+m[2]] = rate
+			}
+		}
+	}
+	for _, accounts := range []struct{ key, label string }{{"1000", "1,000 accounts"}, {"1", "one account"}} {
+		base := result{workload: "billing, " + accounts.label + ", direct SQL", concurrency: 1, rate: rates[accounts.key+"/baseline"]}
+		reconciler := result{workload: "billing, " + accounts.label, concurrency: 1, rate: rates[accounts.key+"/reconciler"]}
+		if base.rate == 0 || reconciler.rate == 0 {
+			reconciler.errors, reconciler.firstErr = 1, "no decisions/s in the output of go test -bench "+billingBenchmark+" ./reconcile"
+		}
+		b.add(base, nil)
+		b.add(reconciler, &base)
+	}
+}
+
+func (b *bench) print(w io.Writer) {
+	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(t, "workload\tc\tops/s\tp50\tp99\tratio\terrors\t")
+	var notes []string
+	for _, r := range b.rows {
+		if r.concurrency == 0 {
+			fmt.Fprintf(t, "%s\t-\t-\t-\t-\t-\t%d\t\n", r.workload, r.errors)
+			if r.note != "" {
+				notes = append(notes, r.workload+": "+r.note)
+			}
+			if r.errors > 0 {
+				notes = append(notes, r.workload+": "+r.firstErr)
+			}
+			continue
+		}
+		ratio := "baseline"
+		if r.baseline != nil {
+			ratio = "-"
+			if base, own := r.baseline.opsPerSecond(), r.opsPerSecond(); base > 0 && own > 0 {
+				ratio = fmt.Sprintf("%.2f×", own/base)
+			}
+		}
+		fmt.Fprintf(t, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", r.workload, r.concurrency, r.opsPerSecond(),
+			ms(r.p50), ms(r.p99), ratio, r.errors)
+		if r.note != "" {
+			notes = append(notes, fmt.Sprintf("%s c=%d: %s", r.workload, r.concurrency, r.note))
+		}
+		if r.errors > 0 {
+			notes = append(notes, fmt.Sprintf("%s c=%d: %d errors, first: %s", r.workload, r.concurrency, r.errors, clip(r.firstErr, 160)))
+		}
+	}
+	t.Flush()
+	fmt.Fprintln(w, "\nratio: ops/s over the row above it marked baseline (same workload, same concurrency, same SQL through pgx).")
+	for _, n := range notes {
+		fmt.Fprintln(w, "  "+n)
+	}
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+func mib(kb int64, err error) string {
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(kb)/1024)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func migrate(ctx context.Context, bin string, env []string) error {
+	cmd := exec.CommandContext(ctx, bin, "migrate", "up")
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s migrate up: %w\n%s", bin, err, out)
+	}
+	return nil
+}
+
+// seed creates the accounts the workloads post to, in one statement.
+func seed(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
+	_, err := pool.Exec(ctx, `
+		INSERT INTO accounts (id, currency)
+		SELECT 'bench_' || lpad(n::text, 5, '0'), 'usd' FROM generate_series(0, $1 - 1) AS n
+		UNION ALL SELECT unnest($2::text[]), 'usd'`, accounts, hotAccounts)
+	if err != nil {
+		return fmt.Errorf("seed %d accounts: %w", accounts, err)
+	}
+	return nil
+}
+
+// dropDatabase removes the scratch database, even when the run was interrupted.
+func dropDatabase(serverURL, name string, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err == nil {
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "onceledger-bench: drop scratch database %s: %v\n", name, err)
+	}
+}

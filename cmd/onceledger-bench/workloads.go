@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+const (
+	webhookSecret = "whsec_onceledger_bench"
+	apiKey        = "onceledger_bench_key"
+	topupAmount   = 1000
+)
+
+func accountID(i int) string { return fmt.Sprintf("bench_%05d", i) }
+
+// topupEvent is a checkout.session.completed event paying a top-up of account n, with the fields
+// SPEC §4 reads (the rest of a real session is left out: the webhook reads only stable fields).
+type topupEvent struct {
+	id, session, paymentIntent, account string
+	payload                             []byte
+}
+
+func newTopupEvent(run string, i, accounts int) topupEvent {
+	e := topupEvent{
+		id:            "evt_bench_" + run + "_" + strconv.Itoa(i),
+		session:       "cs_bench_" + run + "_" + strconv.Itoa(i),
+		paymentIntent: "pi_bench_" + run + "_" + strconv.Itoa(i),
+		account:       accountID(i % accounts),
+	}
+	e.payload, _ = json.Marshal(map[string]any{
+		"id": e.id, "object": "event", "api_version": "2024-06-20", "created": time.Now().Unix(),
+		"livemode": false, "type": "checkout.session.completed", "pending_webhooks": 1,
+		"data": map[string]any{"object": map[string]any{
+			"id": e.session, "object": "checkout.session", "mode": "payment", "status": "complete",
+			"payment_status": "paid", "amount_total": topupAmount, "amount_subtotal": topupAmount, "currency": "usd",
+			"payment_intent": e.paymentIntent, "client_reference_id": nil,
+			"metadata": map[string]string{"account_id": e.account},
+		}},
+	})
+	return e
+}
+
+// client talks to the server over loopback HTTP, keeping a connection per worker.
+type client struct {
+	http *http.Client
+	base string
+}
+
+func newClient(base string) *client {
+	return &client{base: base, http: &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute},
+	}}
+}
+
+// do sends one request and fails unless the status is one of want.
+func (c *client) do(ctx context.Context, method, path string, header http.Header, body []byte, want ...int) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header = header
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	for _, w := range want {
+		if resp.StatusCode == w {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s %s = %d %s", method, path, resp.StatusCode, bytes.TrimSpace(answer))
+}
+
+// deliver sends the event as Stripe does: signed, to the webhook.
+func (c *client) deliver(ctx context.Context, e topupEvent) error {
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: e.payload, Secret: webhookSecret})
+	header := http.Header{"Content-Type": {"application/json"}, "Stripe-Signature": {signed.Header}}
+	return c.do(ctx, http.MethodPost, "/webhooks/stripe", header, e.payload, http.StatusOK)
+}
+
+// adjust credits the account through the API, each call with its own idempotency key.
+func (c *client) adjust(ctx context.Context, account, key string) error {
+	header := http.Header{
+		"Content-Type": {"application/json"}, "Authorization": {"Bearer " + apiKey}, "Idempotency-Key": {key},
+	}
+	return c.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/adjustments", header,
+		[]byte(`{"amount":1,"description":"bench"}`), http.StatusCreated)
+}
+
+// applyTopupDirect is the webhook's work for a paid Checkout Session without HTTP, JSON decoding or
+// signature: the event row, the order's pending→paid transition and the credit, in one transaction.
+// A duplicate stops at the event's primary key, as the webhook does.
+func applyTopupDirect(ctx context.Context, pool *pgxpool.Pool, e topupEvent) error {
+	return db.InTx(ctx, pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		_, err := q.StripeEventInsert(ctx, dbsqlc.StripeEventInsertParams{
+			EventID: e.id, Type: "checkout.session.completed", ApiVersion: "2024-06-20", Created: time.Now(),
+			Payload: e.payload, Outcome: "applied",
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := q.TopupInsertForSession(ctx, dbsqlc.TopupInsertForSessionParams{
+			ID: "top_" + e.session, AccountID: e.account, SessionID: &e.session, Amount: topupAmount, Currency: "usd",
+		}); err != nil {
+			return err
+		}
+		order, err := q.TopupMarkPaid(ctx, dbsqlc.TopupMarkPaidParams{SessionID: &e.session, PaymentIntent: &e.paymentIntent, PaidEventID: &e.id})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = db.Ledger{}.Post(ctx, tx, db.Posting{
+			AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.Amount, Description: "Stripe Checkout top-up",
+			DedupeKey: "stripe:" + e.id, PaymentIntent: e.paymentIntent,
+		})
+		return err
+	})
+}
+
+// pair runs deliver twice at once, as Stripe does when it retries while the first attempt is still in
+// flight, and returns both latencies.
+func pair(deliver func() error) ([]time.Duration, error) {
+	var (
+		wg   sync.WaitGroup
+		lats [2]time.Duration
+		errs [2]error
+	)
+	for k := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			errs[k] = deliver()
+			lats[k] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return lats[:], nil
+}
+
+// postOneTx is one posting in one transaction: what every posting costs without group commit.
+func postOneTx(ctx context.Context, pool *pgxpool.Pool, p db.Posting) error {
+	return db.InTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := db.Ledger{}.Post(ctx, tx, p)
+		return err
+	})
+}
+
+// hotAdjustment is the posting the API makes for a credit of 1 under idempotency key i.
+func hotAdjustment(account string, i int) db.Posting {
+	return db.Posting{
+		AccountID: account, Kind: db.KindAdjustment, Amount: 1, Description: "bench",
+		DedupeKey: "api:" + account + ":" + strconv.Itoa(i), NoOverdraw: true,
+	}
+}
+
+// hotAccounts are the accounts of the hot-postings workloads, one per workload and concurrency: a
+// row updated once per posting piles up dead versions that every later posting on it walks through
+// until vacuum, so no workload starts on a row another one churned.
+var hotAccounts = []string{
+	"bench_hot_pooled_32", "bench_hot_tx_32", "bench_hot_group_32", "bench_hot_api_32",
+	"bench_hot_pooled_64", "bench_hot_tx_64", "bench_hot_group_64", "bench_hot_api_64",
+}

@@ -1,0 +1,474 @@
+package db
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// Poster posts entries with group commit. Every posting on one account serialises on that account's
+// balance row, so one transaction per posting caps a hot account at one fsync'd commit per posting.
+// Poster gathers the concurrent postings of one account for a few milliseconds and commits them in
+// ONE transaction: the account row locked first, one set-based insert under ledger_dedupe_idx, one
+// balance update.
+//
+// To each caller, Post is exactly one InTx + Ledger.Post: an exact replay is Posted=false with the
+// original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
+// does not fit is ErrInsufficientBalance, and the answer comes only after the group committed. One
+// member's refusal never fails the others: admission is computed in arrival order against the locked
+// balance, and only admitted postings are inserted. When the group transaction fails as a whole with a
+// transient error, every member gets that error; any other failure of the group (an invalid amount, a
+// missing account, an OnPosted error) is resolved by posting its members one transaction each, so that
+// each gets the answer its own transaction would have given.
+//
+// Grouping is per process: postings of one account through two processes still serialise on the row
+// lock, each group as one transaction, which is correct and only slower.
+type Poster struct {
+	pool   Beginner
+	ledger Ledger
+	window time.Duration
+	max    int
+
+	mu     sync.Mutex
+	queues map[string]*postQueue // accounts with a drain goroutine running
+}
+
+// PosterOptions tunes grouping; the zero value takes the defaults.
+type PosterOptions struct {
+	// Window is how long the oldest waiting posting of an account waits for others before its group
+	// commits (default 2ms). Postings that arrived while the account's previous group was committing
+	// have waited that long already and commit at once, and so does a group as large as the last one.
+	Window time.Duration
+	// MaxGroup caps the postings in one transaction (default 256); a full group commits at once.
+	MaxGroup int
+}
+
+const (
+	defaultGroupWindow = 2 * time.Millisecond
+	defaultMaxGroup    = 256
+	// groupTimeout bounds one group's transaction: it runs on behalf of many callers, so no single
+	// caller's context may cancel it.
+	groupTimeout = 15 * time.Second
+	// regroupAttempts bounds retries of a group that found a key taken or lost a deadlock; then its
+	// members post one by one.
+	regroupAttempts = 3
+)
+
+// NewPoster returns a Poster that posts through ledger (so that OnPosted rides along) on pool.
+func NewPoster(pool Beginner, ledger Ledger, o PosterOptions) *Poster {
+	if o.Window <= 0 {
+		o.Window = defaultGroupWindow
+	}
+	if o.MaxGroup <= 0 {
+		o.MaxGroup = defaultMaxGroup
+	}
+	return &Poster{pool: pool, ledger: ledger, window: o.Window, max: o.MaxGroup, queues: map[string]*postQueue{}}
+}
+
+// A waiting posting moves from memberWaiting to memberTaken (a group owns it and will answer) or to
+// memberWithdrawn (its caller's context ended first and nothing was attempted).
+const (
+	memberWaiting int32 = iota
+	memberTaken
+	memberWithdrawn
+)
+
+type member struct {
+	ctx     context.Context
+	posting Posting
+	arrived time.Time
+	state   atomic.Int32
+	answer  chan outcome // buffered: the group never blocks on a caller
+}
+
+type outcome struct {
+	posted Posted
+	err    error
+}
+
+type postQueue struct {
+	waiting []*member     // guarded by Poster.mu
+	last    int           // size of the last group taken; guarded by Poster.mu
+	full    chan struct{} // wakes the drain when a group is complete before its window ends
+	arrival chan struct{} // wakes an idle drain
+}
+
+// complete reports that the group need not wait for its window: MaxGroup postings wait, or as many
+// as the last group held. Callers answered by one group tend to come back together; once they all
+// have, waiting longer only adds latency.
+func (q *postQueue) complete(max int) bool {
+	return len(q.waiting) >= max || (q.last > 1 && len(q.waiting) >= q.last)
+}
+
+// Post posts p in the next group of its account and returns once that group committed (or failed).
+// When ctx ends before the group took p, nothing is posted and ctx's error is returned; once taken,
+// p's outcome is awaited, as a commit cannot be called back.
+func (s *Poster) Post(ctx context.Context, p Posting) (Posted, error) {
+	m := &member{ctx: ctx, posting: p, arrived: time.Now(), answer: make(chan outcome, 1)}
+	s.enqueue(m)
+	select {
+	case o := <-m.answer:
+		return o.posted, o.err
+	case <-ctx.Done():
+		if m.state.CompareAndSwap(memberWaiting, memberWithdrawn) {
+			return Posted{}, fmt.Errorf("post %s entry for %s: %w", p.Kind, p.AccountID, ctx.Err())
+		}
+		o := <-m.answer
+		return o.posted, o.err
+	}
+}
+
+func (s *Poster) enqueue(m *member) {
+	account := m.posting.AccountID
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[account]
+	if q == nil {
+		q = &postQueue{full: make(chan struct{}, 1), arrival: make(chan struct{}, 1)}
+		s.queues[account] = q
+		go s.drain(account, q)
+	}
+	q.waiting = append(q.waiting, m)
+	signal(q.arrival)
+	if q.complete(s.max) {
+		signal(q.full)
+	}
+}
+
+// signal wakes the receiver of c, if it is not already due to wake.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// drain commits an account's groups one after the other until none has waited for a whole window,
+// then ends: an idle account costs no goroutine. Lingering that long keeps the last group's size for
+// the callers it answered, who are usually on their way back.
+func (s *Poster) drain(account string, q *postQueue) {
+	for {
+		s.mu.Lock()
+		if len(q.waiting) == 0 {
+			s.mu.Unlock()
+			if s.awaitArrival(q) {
+				continue
+			}
+			s.mu.Lock()
+			if len(q.waiting) == 0 {
+				delete(s.queues, account)
+				s.mu.Unlock()
+				return
+			}
+		}
+		wait := s.window - time.Since(q.waiting[0].arrived)
+		complete := q.complete(s.max)
+		s.mu.Unlock()
+		if !complete && wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-q.full:
+			}
+			timer.Stop()
+		}
+		if group := s.take(q); len(group) > 0 {
+			s.commit(group)
+		}
+	}
+}
+
+// awaitArrival waits up to one window for a posting to arrive and reports whether one did.
+func (s *Poster) awaitArrival(q *postQueue) bool {
+	timer := time.NewTimer(s.window)
+	defer timer.Stop()
+	select {
+	case <-q.arrival:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// take removes up to MaxGroup waiting postings, skipping those whose callers already left.
+func (s *Poster) take(q *postQueue) []*member {
+	s.mu.Lock()
+	n := min(len(q.waiting), s.max)
+	batch := q.waiting[:n:n]
+	q.waiting = slices.Clone(q.waiting[n:])
+	q.last = n
+	select {
+	case <-q.full:
+	default:
+	}
+	s.mu.Unlock()
+
+	group := make([]*member, 0, len(batch))
+	for _, m := range batch {
+		if !m.state.CompareAndSwap(memberWaiting, memberTaken) {
+			continue
+		}
+		if err := m.ctx.Err(); err != nil {
+			m.answer <- outcome{err: fmt.Errorf("post %s entry for %s: %w", m.posting.Kind, m.posting.AccountID, err)}
+			continue
+		}
+		group = append(group, m)
+	}
+	return group
+}
+
+// errPostAlone: the group cannot be planned as one (its account is missing); each member's own
+// transaction gives its exact answer.
+var errPostAlone = errors.New("post the group's members one by one")
+
+// errRegroup: a key the group meant to insert was already taken (posted before, or meanwhile by
+// another transaction); the transaction rolled back and the group is planned again, keys read first.
+var errRegroup = errors.New("plan the group again")
+
+func (s *Poster) commit(group []*member) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	if len(group) == 1 {
+		s.postAlone(ctx, group[0])
+		return
+	}
+	var (
+		outcomes []outcome
+		err      error
+		readKeys bool // the first attempt assumes every key is new, the common case
+	)
+	for range regroupAttempts {
+		outcomes, err = s.postGroup(ctx, group, readKeys)
+		if errors.Is(err, errRegroup) {
+			readKeys = true
+			continue
+		}
+		if !lostLockRace(err) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		for i, m := range group {
+			// Posted entries were counted by Ledger.Posted; replays and conflicts settled in the group
+			// are counted here, as Post counts them.
+			switch o := outcomes[i]; {
+			case errors.Is(o.err, ErrDedupeConflict):
+				s.ledger.observe(m.posting.Kind, ResultConflict)
+			case o.err == nil && !o.posted.Posted:
+				s.ledger.observe(m.posting.Kind, ResultReplay)
+			}
+			m.answer <- outcomes[i]
+		}
+	case IsTransient(err) && !lostLockRace(err):
+		// Callers branch on the sentinel (503, retry later); a group's own statements are not mapped,
+		// since any other failure of theirs is resolved member by member below.
+		if !errors.Is(err, ErrTransient) {
+			err = fmt.Errorf("%w: %w", ErrTransient, err)
+		}
+		for _, m := range group {
+			m.answer <- outcome{err: err}
+		}
+	default:
+		for _, m := range group {
+			s.postAlone(ctx, m)
+		}
+	}
+}
+
+// postAlone is the plain path: one transaction, one Ledger.Post.
+func (s *Poster) postAlone(ctx context.Context, m *member) {
+	var out Posted
+	err := InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.ledger.Post(ctx, tx, m.posting)
+		return err
+	})
+	m.answer <- outcome{posted: out, err: err}
+}
+
+// lostLockRace reports a deadlock or serialization failure: the group rolled back and may simply run
+// again (a same-key posting through Ledger.Post inserts before it locks the row; a group locks first).
+func lostLockRace(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) &&
+		(pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
+}
+
+// postGroup runs one group in one transaction and returns each member's outcome, in group order.
+// With readKeys, the entries already posted under the group's keys are read first, so that replays and
+// conflicts are planned as such; without, every key is assumed new and a taken one (found by the
+// insert, which then returns no row for it) rolls the group back with errRegroup. Skipping the read
+// keeps the common case at one statement per step, and its plan safe on a ledger without statistics.
+func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) ([]outcome, error) {
+	account := group[0].posting.AccountID
+	var outcomes []outcome
+	err := InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		start, err := q.GroupCommitAccountLock(ctx, account)
+		if isNoRows(err) {
+			return errPostAlone
+		}
+		if err != nil {
+			return fmt.Errorf("lock account %s: %w", account, err)
+		}
+		stored := map[string]Entry{}
+		if readKeys {
+			if stored, err = storedEntries(ctx, q, group); err != nil {
+				return err
+			}
+		}
+		plan := planGroup(group, start, stored)
+		outcomes = plan.outcomes
+
+		inserted, err := insertGroup(ctx, q, group, plan.insert)
+		if err != nil {
+			return err
+		}
+		if plan.balance != start {
+			balance, err := q.AccountBalanceAdd(ctx, dbsqlc.AccountBalanceAddParams{ID: account, Amount: plan.balance - start})
+			if err != nil {
+				return fmt.Errorf("update balance of %s: %w", account, err)
+			}
+			if balance != plan.balance {
+				return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, balance, plan.balance)
+			}
+		}
+
+		posted := make([]Posted, len(plan.insert))
+		running := start
+		for k, i := range plan.insert {
+			running += inserted[k].Amount
+			outcomes[i] = outcome{posted: Posted{Entry: inserted[k], Posted: true, Balance: running}}
+			posted[k] = outcomes[i].posted
+		}
+		for i, first := range plan.duplicateOf {
+			outcomes[i] = replayOrConflict(outcomes[first].posted.Entry, group[i].posting)
+		}
+		return s.ledger.Posted(ctx, tx, posted)
+	})
+	return outcomes, err
+}
+
+// storedEntries returns the entries already posted under the group's dedupe keys, by key.
+func storedEntries(ctx context.Context, q *dbsqlc.Queries, group []*member) (map[string]Entry, error) {
+	var keys []string
+	for _, m := range group {
+		if m.posting.DedupeKey != "" {
+			keys = append(keys, m.posting.DedupeKey)
+		}
+	}
+	stored := map[string]Entry{}
+	if len(keys) == 0 {
+		return stored, nil
+	}
+	rows, err := q.GroupCommitEntriesByKeys(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read entries for %d dedupe keys: %w", len(keys), err)
+	}
+	for _, r := range rows {
+		stored[*r.DedupeKey] = entryFromRow(r)
+	}
+	return stored, nil
+}
+
+// groupPlan is what one group will do, decided in arrival order against the locked balance.
+type groupPlan struct {
+	outcomes    []outcome   // final for members that are neither inserted nor duplicates
+	insert      []int       // members to insert, in order
+	duplicateOf map[int]int // member → the earlier member of the group that claims its key
+	balance     int64       // the balance once every inserted member is posted
+}
+
+// planGroup is the sequence of single postings, replayed in memory: each member sees the balance
+// left by the admitted members before it, and a key claimed earlier in the group makes it a replay
+// or a conflict of that member. A refused member claims nothing, as its own transaction would have
+// rolled back.
+func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan {
+	plan := groupPlan{outcomes: make([]outcome, len(group)), duplicateOf: map[int]int{}, balance: start}
+	claimed := map[string]int{}
+	for i, m := range group {
+		p := m.posting
+		if p.DedupeKey != "" {
+			if prior, ok := stored[p.DedupeKey]; ok {
+				plan.outcomes[i] = replayOrConflict(prior, p)
+				continue
+			}
+			if first, ok := claimed[p.DedupeKey]; ok {
+				plan.duplicateOf[i] = first
+				continue
+			}
+		}
+		// The same condition as AccountBalanceAddNoOverdraw, on the balance this member would see.
+		if p.NoOverdraw && plan.balance+p.Amount < 0 {
+			plan.outcomes[i] = outcome{err: fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)}
+			continue
+		}
+		plan.balance += p.Amount
+		if p.DedupeKey != "" {
+			claimed[p.DedupeKey] = i
+		}
+		plan.insert = append(plan.insert, i)
+	}
+	return plan
+}
+
+// insertGroup inserts the admitted members in one statement and returns their entries in the order
+// of insert. A key posted meanwhile by another transaction returns no row for it: errRegroup.
+func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert []int) ([]Entry, error) {
+	if len(insert) == 0 {
+		return nil, nil
+	}
+	var arg dbsqlc.GroupCommitEntriesInsertParams
+	for _, i := range insert {
+		p := group[i].posting
+		arg.AccountIds = append(arg.AccountIds, p.AccountID)
+		arg.Kinds = append(arg.Kinds, p.Kind)
+		arg.Amounts = append(arg.Amounts, p.Amount)
+		arg.Descriptions = append(arg.Descriptions, p.Description)
+		arg.DedupeKeys = append(arg.DedupeKeys, p.DedupeKey)
+		arg.PaymentIntents = append(arg.PaymentIntents, p.PaymentIntent)
+	}
+	rows, err := q.GroupCommitEntriesInsert(ctx, arg)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].posting.AccountID, err)
+	}
+	if len(rows) != len(insert) {
+		return nil, errRegroup
+	}
+	// Ids are drawn in array order, so sorting by id pairs each row with its member; the keys check it.
+	slices.SortFunc(rows, func(a, b dbsqlc.GroupCommitEntriesInsertRow) int { return cmp.Compare(a.ID, b.ID) })
+	entries := make([]Entry, len(rows))
+	for k, i := range insert {
+		p := group[i].posting
+		if deref(rows[k].DedupeKey) != p.DedupeKey {
+			return nil, fmt.Errorf("inserted entries came back out of order: row %d has key %q, expected %q", rows[k].ID, deref(rows[k].DedupeKey), p.DedupeKey)
+		}
+		entries[k] = Entry{
+			ID: rows[k].ID, AccountID: p.AccountID, Kind: p.Kind, Amount: p.Amount, Description: p.Description,
+			DedupeKey: p.DedupeKey, PaymentIntent: p.PaymentIntent, CreatedAt: rows[k].CreatedAt,
+		}
+	}
+	return entries, nil
+}
+
+// replayOrConflict compares a posting with the entry that holds its key, as Ledger.Post does after its
+// insert found the key taken.
+func replayOrConflict(prior Entry, p Posting) outcome {
+	if prior.AccountID != p.AccountID || prior.Kind != p.Kind || prior.Amount != p.Amount {
+		return outcome{posted: Posted{Entry: prior}, err: fmt.Errorf("%w: key %q holds %s %d on %s, asked for %s %d on %s",
+			ErrDedupeConflict, p.DedupeKey, prior.Kind, prior.Amount, prior.AccountID, p.Kind, p.Amount, p.AccountID)}
+	}
+	return outcome{posted: Posted{Entry: prior}}
+}

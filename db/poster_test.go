@@ -1,0 +1,275 @@
+package db_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+)
+
+// postAllAtOnce posts every posting from its own goroutine, released together, and returns each
+// caller's answer in the order of postings.
+func postAllAtOnce(poster *db.Poster, postings []db.Posting) ([]db.Posted, []error) {
+	outs := make([]db.Posted, len(postings))
+	errs := make([]error, len(postings))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, p := range postings {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			outs[i], errs[i] = poster.Post(context.Background(), p)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return outs, errs
+}
+
+func adjustment(account, key string, amount int64) db.Posting {
+	return db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, Description: "bench", DedupeKey: key, NoOverdraw: true}
+}
+
+// A wide window puts the whole burst in one or a few groups, which is what is under test.
+const burstWindow = 200 * time.Millisecond
+
+func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_hot"
+	createAccount(t, pool, acct)
+	if _, err := post(t, pool, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 1000, DedupeKey: "stripe:evt_seed"}); err != nil {
+		t.Fatal(err)
+	}
+	prior, err := post(t, pool, adjustment(acct, "api:acct_hot:prior", 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var postings []db.Posting
+	for i := range 40 { // unique keys: all posted
+		postings = append(postings, adjustment(acct, fmt.Sprintf("api:acct_hot:u%d", i), 10))
+	}
+	for range 8 { // one key eight times: one posted, seven replays of it
+		postings = append(postings, adjustment(acct, "api:acct_hot:repeat", 7))
+	}
+	postings = append(postings,
+		adjustment(acct, "api:acct_hot:prior", 50), // replay of an entry posted before the burst
+		adjustment(acct, "api:acct_hot:prior", 51), // conflict with it
+		adjustment(acct, "api:acct_hot:split", 3),  // these two: one posted, the other a conflict
+		adjustment(acct, "api:acct_hot:split", 4),
+		adjustment(acct, "api:acct_hot:overdraw", -1_000_000), // refused, never fails the others
+	)
+	for len(postings) < 64 { // unkeyed usage, which may take the balance negative
+		postings = append(postings, db.Posting{AccountID: acct, Kind: db.KindUsage, Amount: -2, Description: "usage"})
+	}
+
+	before := count(t, pool, `SELECT count(*) FROM ledger`)
+	outs, errs := postAllAtOnce(db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow}), postings)
+
+	var want int64 = 1050 // seed topup + prior
+	posted := 0
+	byKey := map[string]int64{}
+	for i := range 40 {
+		if errs[i] != nil || !outs[i].Posted || outs[i].Entry.ID == 0 || outs[i].Balance == 0 {
+			t.Fatalf("unique posting %d = %+v, %v; want posted", i, outs[i], errs[i])
+		}
+		want += 10
+		posted++
+	}
+	var repeatID int64
+	repeatPosted := 0
+	for i := 40; i < 48; i++ {
+		if errs[i] != nil {
+			t.Fatalf("repeated key, caller %d: %v", i, errs[i])
+		}
+		if outs[i].Posted {
+			repeatPosted++
+			repeatID = outs[i].Entry.ID
+		}
+	}
+	if repeatPosted != 1 {
+		t.Fatalf("repeated key posted %d times, want once", repeatPosted)
+	}
+	for i := 40; i < 48; i++ {
+		if outs[i].Entry.ID != repeatID {
+			t.Fatalf("repeated key, caller %d got entry %d, want the one entry %d", i, outs[i].Entry.ID, repeatID)
+		}
+	}
+	want += 7
+	posted++
+
+	if o, err := outs[48], errs[48]; err != nil || o.Posted || o.Entry.ID != prior.Entry.ID {
+		t.Fatalf("replay of the prior key = %+v, %v; want posted=false with entry %d", o, err, prior.Entry.ID)
+	}
+	if o, err := outs[49], errs[49]; !errors.Is(err, db.ErrDedupeConflict) || o.Entry.ID != prior.Entry.ID {
+		t.Fatalf("conflict on the prior key = %+v, %v; want ErrDedupeConflict naming entry %d", o, err, prior.Entry.ID)
+	}
+	split := [2]error{errs[50], errs[51]}
+	switch {
+	case split[0] == nil && errors.Is(split[1], db.ErrDedupeConflict) && outs[50].Posted:
+		want += 3
+		byKey["api:acct_hot:split"] = 3
+	case split[1] == nil && errors.Is(split[0], db.ErrDedupeConflict) && outs[51].Posted:
+		want += 4
+		byKey["api:acct_hot:split"] = 4
+	default:
+		t.Fatalf("same key, two amounts: %+v %v / %+v %v; want one posted and one ErrDedupeConflict", outs[50], errs[50], outs[51], errs[51])
+	}
+	posted++
+	if !errors.Is(errs[52], db.ErrInsufficientBalance) || outs[52].Posted {
+		t.Fatalf("overdraw = %+v, %v; want ErrInsufficientBalance", outs[52], errs[52])
+	}
+	for i := 53; i < 64; i++ {
+		if errs[i] != nil || !outs[i].Posted {
+			t.Fatalf("usage %d = %+v, %v; want posted", i, outs[i], errs[i])
+		}
+		want -= 2
+		posted++
+	}
+
+	if got := balance(t, pool, acct); got != want {
+		t.Fatalf("balance = %d, want %d", got, want)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger`) - before; got != posted {
+		t.Fatalf("burst added %d entries, want %d", got, posted)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE dedupe_key = 'api:acct_hot:overdraw'`); got != 0 {
+		t.Fatalf("the refused overdraw left %d entries", got)
+	}
+	if got := count(t, pool, `SELECT amount FROM ledger WHERE dedupe_key = 'api:acct_hot:split'`); int64(got) != byKey["api:acct_hot:split"] {
+		t.Fatalf("split key holds %d, the caller told posted holds %d", got, byKey["api:acct_hot:split"])
+	}
+	if got := count(t, pool, `SELECT count(*) FROM accounts a WHERE a.balance <> (SELECT sum(amount) FROM ledger l WHERE l.account_id = a.id)`); got != 0 {
+		t.Fatalf("%d accounts whose cached balance is not the sum of their entries", got)
+	}
+	// Each caller's balance is the one its own entry left: in entry order, the previous plus its amount.
+	var mine []db.Posted
+	for _, o := range outs {
+		if o.Posted {
+			mine = append(mine, o)
+		}
+	}
+	slices.SortFunc(mine, func(a, b db.Posted) int { return cmp.Compare(a.Entry.ID, b.Entry.ID) })
+	running := int64(1050)
+	for _, o := range mine {
+		running += o.Entry.Amount
+		if o.Balance != running {
+			t.Fatalf("entry %d's caller saw balance %d, want %d", o.Entry.ID, o.Balance, running)
+		}
+	}
+	// Entries of one transaction share now(): the burst must have committed in a few groups.
+	groups := count(t, pool, `SELECT count(DISTINCT created_at) FROM ledger WHERE id > $1`, prior.Entry.ID)
+	t.Logf("the burst committed in %d transactions", groups)
+	if groups > 8 {
+		t.Fatalf("the burst committed in %d transactions; group commit should need a few", groups)
+	}
+}
+
+func TestPosterTransientGroupFailureFailsEveryMemberAndPostsNothing(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_transient"
+	createAccount(t, pool, acct)
+	// The failure strikes once the group has inserted its entries and moved the balance.
+	var largest atomic.Int64
+	failing := db.Ledger{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Posted) error {
+		largest.Store(max(largest.Load(), int64(len(posted))))
+		return fmt.Errorf("%w: connection lost", db.ErrTransient)
+	}}
+	var postings []db.Posting
+	for i := range 16 {
+		postings = append(postings, adjustment(acct, fmt.Sprintf("api:%s:%d", acct, i), 5))
+	}
+	outs, errs := postAllAtOnce(db.NewPoster(pool, failing, db.PosterOptions{Window: burstWindow}), postings)
+	for i, err := range errs {
+		if !errors.Is(err, db.ErrTransient) || outs[i].Posted {
+			t.Fatalf("caller %d = %+v, %v; want the transient error", i, outs[i], err)
+		}
+	}
+	if largest.Load() < 2 {
+		t.Fatalf("the postings never met in a group (largest %d)", largest.Load())
+	}
+	if got := balance(t, pool, acct); got != 0 {
+		t.Fatalf("balance = %d after a failed group, want 0", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE account_id = $1`, acct); got != 0 {
+		t.Fatalf("a failed group left %d entries", got)
+	}
+}
+
+func TestPosterMemberFailureFailsOnlyThatMember(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_member_fails"
+	createAccount(t, pool, acct)
+	poison := "api:" + acct + ":poison"
+	refusing := db.Ledger{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Posted) error {
+		for _, p := range posted {
+			if p.Entry.DedupeKey == poison {
+				return errors.New("notification refused")
+			}
+		}
+		return nil
+	}}
+	postings := []db.Posting{
+		adjustment(acct, poison, 5),
+		{AccountID: acct, Kind: db.KindTopup, Amount: -5, DedupeKey: "stripe:evt_negative"}, // ledger_kind_sign_check
+		{AccountID: "acct_missing", Kind: db.KindAdjustment, Amount: 5, DedupeKey: "api:acct_missing:1"},
+	}
+	for i := range 8 {
+		postings = append(postings, adjustment(acct, fmt.Sprintf("api:%s:%d", acct, i), 5))
+	}
+	outs, errs := postAllAtOnce(db.NewPoster(pool, refusing, db.PosterOptions{Window: burstWindow}), postings)
+	if errs[0] == nil || errors.Is(errs[0], db.ErrTransient) {
+		t.Fatalf("poisoned posting = %v; want its OnPosted error", errs[0])
+	}
+	if !errors.Is(errs[1], db.ErrInvalidAmount) {
+		t.Fatalf("negative top-up = %v; want ErrInvalidAmount", errs[1])
+	}
+	if !errors.Is(errs[2], db.ErrAccountNotFound) {
+		t.Fatalf("posting on a missing account = %v; want ErrAccountNotFound", errs[2])
+	}
+	for i := 3; i < len(postings); i++ {
+		if errs[i] != nil || !outs[i].Posted {
+			t.Fatalf("caller %d = %+v, %v; want posted despite the others", i, outs[i], errs[i])
+		}
+	}
+	if got := balance(t, pool, acct); got != 40 {
+		t.Fatalf("balance = %d, want 40", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger`); got != 8 {
+		t.Fatalf("ledger holds %d entries, want 8", got)
+	}
+}
+
+func TestPosterCallerThatLeavesBeforeItsGroupPostsNothing(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_leaves"
+	createAccount(t, pool, acct)
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow})
+	ctx, cancel := context.WithTimeout(context.Background(), burstWindow/4)
+	defer cancel()
+	if _, err := poster.Post(ctx, adjustment(acct, "api:acct_leaves:1", 5)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("post after the caller's deadline = %v, want context.DeadlineExceeded", err)
+	}
+	// The next posting's group runs after the withdrawn one was due: only it is posted.
+	if out, err := poster.Post(context.Background(), adjustment(acct, "api:acct_leaves:2", 7)); err != nil || !out.Posted || out.Balance != 7 {
+		t.Fatalf("next post = %+v, %v; want posted with balance 7", out, err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE account_id = $1`, acct); got != 1 {
+		t.Fatalf("ledger holds %d entries, want only the second posting", got)
+	}
+}
