@@ -41,7 +41,7 @@ run: build ## migrate and serve on 127.0.0.1:8080 with development defaults (no 
 	exec $(ONCELEDGER) serve
 
 test: $(GOTESTSUM) ## run the whole suite against a real PostgreSQL (found or started)
-	$(GOTESTSUM) --format pkgname-and-test-fails -- -count=1 -timeout 15m ./...
+	$(GOTESTSUM) --format pkgname-and-test-fails -- -race -count=1 -timeout 15m ./...
 
 verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body and JSON decoding
 	$(SQLC) diff
