@@ -156,6 +156,14 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 			t.Fatalf("retry reversed %d, want 1", r.Reversed)
 		}
 		s.wantBalance("acct_1", 500)
+
+		// Stripe down again: a redelivery of the applied event is still a plain duplicate, since it
+		// needs no refund list.
+		s.stripe.setFailing(true)
+		if r := s.deliver(body); !r.Duplicate {
+			t.Fatalf("redelivery while Stripe is down answered %+v, want duplicate", r)
+		}
+		s.wantBalance("acct_1", 500)
 	})
 }
 

@@ -83,6 +83,18 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if ev.Type == "charge.refunded" {
+		// Its effects need the charge's refund list from Stripe; a redelivery needs none, and must stay
+		// a duplicate while Stripe is down. A committed row proves it; StripeEventInsert below still
+		// decides for a delivery that arrives while the first is in flight.
+		recorded, err := dbsqlc.New(p.Pool).StripeEventExists(ctx, ev.ID)
+		if err != nil {
+			return Result{EventID: ev.ID, Type: ev.Type}, fmt.Errorf("look up event %s: %w", ev.ID, err)
+		}
+		if recorded {
+			return p.duplicate(ctx, ev), nil
+		}
+	}
 	refunds, err := p.prefetchRefunds(ctx, ev)
 	if err != nil {
 		return Result{EventID: ev.ID, Type: ev.Type}, err
@@ -114,11 +126,16 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		return Result{EventID: ev.ID, Type: ev.Type}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	if duplicate {
-		p.Log.InfoContext(ctx, "stripe event duplicate", "event", ev.ID, "type", ev.Type)
-		return Result{EventID: ev.ID, Type: ev.Type, Duplicate: true}, nil
+		return p.duplicate(ctx, ev), nil
 	}
 	p.logOutcome(ctx, "stripe event", ev, out)
 	return out.result(ev), nil
+}
+
+// duplicate answers an event that was already recorded: nothing was done.
+func (p *Processor) duplicate(ctx context.Context, ev event) Result {
+	p.Log.InfoContext(ctx, "stripe event duplicate", "event", ev.ID, "type", ev.Type)
+	return Result{EventID: ev.ID, Type: ev.Type, Duplicate: true}
 }
 
 // Replay re-applies a stored event through the same effects as its first delivery, and records the new

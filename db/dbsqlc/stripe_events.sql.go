@@ -10,6 +10,19 @@ import (
 	"time"
 )
 
+const stripeEventExists = `-- name: StripeEventExists :one
+SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = $1) AS recorded
+`
+
+// Whether the event was already recorded. A read before the transaction, to spare a redelivery work
+// it does not need (listing a charge's refunds from Stripe); StripeEventInsert, not this, decides.
+func (q *Queries) StripeEventExists(ctx context.Context, eventID string) (bool, error) {
+	row := q.db.QueryRow(ctx, stripeEventExists, eventID)
+	var recorded bool
+	err := row.Scan(&recorded)
+	return recorded, err
+}
+
 const stripeEventGet = `-- name: StripeEventGet :one
 SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
 FROM stripe_events

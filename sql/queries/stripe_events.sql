@@ -74,3 +74,8 @@ UPDATE stripe_events
 SET reviewed_at = now()
 WHERE event_id = @event_id
   AND outcome = 'parked';
+
+-- name: StripeEventExists :one
+-- Whether the event was already recorded. A read before the transaction, to spare a redelivery work
+-- it does not need (listing a charge's refunds from Stripe); StripeEventInsert, not this, decides.
+SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = @event_id) AS recorded;
