@@ -106,9 +106,12 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	err = db.InTx(ctx, p.Pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		// Recorded first: a concurrent delivery of the same event waits here and then finds it.
+		// Recorded as applied to its payment: what most events turn out to be, so that only the others
+		// need their outcome written again below.
+		recorded := outcome{status: OutcomeApplied, paymentIntent: ev.paymentIntent()}
 		_, err := q.StripeEventInsert(ctx, dbsqlc.StripeEventInsertParams{
 			EventID: ev.ID, Type: ev.Type, ApiVersion: ev.APIVersion, Livemode: ev.Livemode,
-			Created: ev.createdAt(), Payload: raw, Outcome: OutcomeApplied,
+			Created: ev.createdAt(), Payload: raw, Outcome: recorded.status, PaymentIntent: nullable(recorded.paymentIntent),
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			duplicate = true
@@ -119,6 +122,9 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		}
 		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
 			return err
+		}
+		if out.status == recorded.status && out.reason == "" && (out.paymentIntent == "" || out.paymentIntent == recorded.paymentIntent) {
+			return nil
 		}
 		return setOutcome(ctx, q, ev.ID, out)
 	})
