@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/db"
@@ -112,17 +111,6 @@ func newWorkload(accounts int) *workload {
 		w.accounts[acct] = want
 	}
 	return w
-}
-
-// openPool opens the database for the test's own reads and writes, closed when the test ends.
-func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := db.Open(context.Background(), databaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 func stripeEvent(id, eventType string, object map[string]any) []byte {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
 )
@@ -32,6 +34,17 @@ func (o *output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.buf.String()
+}
+
+// openPool opens the database for the test's own reads and writes, closed when the test ends.
+func openPool(t *testing.T, databaseURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := db.Open(context.Background(), databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // ledger posts with no side effects.
@@ -112,11 +125,7 @@ func TestVerifyExitCodeFollowsTheLedger(t *testing.T) {
 	t.Parallel()
 	url := dbtest.URL(t)
 	ctx := context.Background()
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, url)
 	if _, err := ledger.CreateAccount(ctx, pool, "acct_verify", "usd", 300); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +140,7 @@ func TestVerifyExitCodeFollowsTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout = &output{}
-	err = run(ctx, []string{"verify"}, vars, stdout, &output{})
+	err := run(ctx, []string{"verify"}, vars, stdout, &output{})
 	if !errors.Is(err, errViolations) || exitCode(err) == 0 {
 		t.Fatalf("verify after tampering: err = %v, want a violation", err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivermigrate"
-	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
@@ -95,7 +93,6 @@ func TestServeWithNotificationsNeedsRiversTables(t *testing.T) {
 func TestRedeliveredTopupEventNotifiesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const webhookSecret = "whsec_notify_once"
 	url := dbtest.URL(t)
 
 	var (
@@ -109,33 +106,20 @@ func TestRedeliveredTopupEventNotifiesOnce(t *testing.T) {
 	}))
 	t.Cleanup(recv.Close)
 	base := startServe(t, map[string]string{
-		"DATABASE_URL": url, "NOTIFY_URL": recv.URL, "NOTIFY_SECRET": "s", "STRIPE_WEBHOOK_SECRET": webhookSecret,
+		"DATABASE_URL": url, "NOTIFY_URL": recv.URL, "NOTIFY_SECRET": "s", "STRIPE_WEBHOOK_SECRET": loadSecret,
 	})
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, url)
 	if _, err := ledger.CreateAccount(ctx, pool, "acct_notify_once", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 
-	event := []byte(`{"id":"evt_notify_once","object":"event","type":"checkout.session.completed","api_version":"2024-06-20",
-		"created":1767225600,"livemode":false,"data":{"object":{"id":"cs_notify_once","object":"checkout.session",
-		"payment_status":"paid","amount_total":900,"currency":"usd","payment_intent":"pi_notify_once",
-		"metadata":{"account_id":"acct_notify_once"}}}}`)
+	event := stripeEvent("evt_notify_once", "checkout.session.completed", map[string]any{
+		"id": "cs_notify_once", "object": "checkout.session", "payment_status": "paid", "amount_total": 900,
+		"currency": "usd", "payment_intent": "pi_notify_once", "metadata": map[string]any{"account_id": "acct_notify_once"},
+	})
 	deliver := func() {
-		signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: event, Secret: webhookSecret})
-		req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/stripe", bytes.NewReader(event))
-		req.Header.Set("Stripe-Signature", signed.Header)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("delivery answered %d", resp.StatusCode)
+		if status, err := deliverOnce(http.DefaultClient, base, event); err != nil || status != http.StatusOK {
+			t.Errorf("delivery answered %d, %v", status, err)
 		}
 	}
 	var wg sync.WaitGroup

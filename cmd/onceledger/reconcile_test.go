@@ -23,11 +23,7 @@ import (
 func databaseWithAccount(t *testing.T, accountID string) (string, *pgxpool.Pool) {
 	t.Helper()
 	url := dbtest.URL(t)
-	pool, err := db.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := openPool(t, url)
 	if _, err := ledger.CreateAccount(context.Background(), pool, accountID, "usd", 0); err != nil {
 		t.Fatal(err)
 	}
