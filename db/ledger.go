@@ -82,6 +82,17 @@ func (l Ledger) observe(kind, result string) {
 	}
 }
 
+// observeTaken counts a posting whose key was found taken, from replayOrConflict's answer: a replay, a
+// conflict, or (another refusal) nothing.
+func (l Ledger) observeTaken(kind string, err error) {
+	switch {
+	case err == nil:
+		l.observe(kind, ResultReplay)
+	case errors.Is(err, ErrDedupeConflict):
+		l.observe(kind, ResultConflict)
+	}
+}
+
 // Post appends an entry and moves the cached balance, both in tx; it must run inside a transaction
 // (InTx) so that the two never diverge.
 //
@@ -104,12 +115,7 @@ func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) 
 	})
 	if isNoRows(err) {
 		out, err := replayOf(ctx, q, p)
-		switch {
-		case err == nil:
-			l.observe(p.Kind, ResultReplay)
-		case errors.Is(err, ErrDedupeConflict):
-			l.observe(p.Kind, ResultConflict)
-		}
+		l.observeTaken(p.Kind, err)
 		return out, err
 	}
 	if err != nil {
@@ -172,12 +178,17 @@ func replayOf(ctx context.Context, q *dbsqlc.Queries, p Posting) (Posted, error)
 	if err != nil {
 		return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, MapError(err))
 	}
-	prior := entryFromRow(row)
+	return replayOrConflict(entryFromRow(row), p)
+}
+
+// replayOrConflict compares a posting with the entry that already holds its key: the same account,
+// kind and amount is an exact replay (Posted=false, nil); anything else is ErrDedupeConflict.
+func replayOrConflict(prior Entry, p Posting) (Posted, error) {
 	if prior.AccountID != p.AccountID || prior.Kind != p.Kind || prior.Amount != p.Amount {
 		return Posted{Entry: prior}, fmt.Errorf("%w: key %q holds %s %d on %s, asked for %s %d on %s",
 			ErrDedupeConflict, p.DedupeKey, prior.Kind, prior.Amount, prior.AccountID, p.Kind, p.Amount, p.AccountID)
 	}
-	return Posted{Entry: prior, Posted: false}, nil
+	return Posted{Entry: prior}, nil
 }
 
 func entryFromRow(r dbsqlc.LedgerEntry) Entry {

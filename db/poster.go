@@ -263,11 +263,8 @@ func (s *Poster) commit(group []*member) {
 		for i, m := range group {
 			// Posted entries were counted by Ledger.Posted; replays and conflicts settled in the group
 			// are counted here, as Post counts them.
-			switch o := outcomes[i]; {
-			case errors.Is(o.err, ErrDedupeConflict):
-				s.ledger.observe(m.posting.Kind, ResultConflict)
-			case o.err == nil && !o.posted.Posted:
-				s.ledger.observe(m.posting.Kind, ResultReplay)
+			if o := outcomes[i]; !o.posted.Posted {
+				s.ledger.observeTaken(m.posting.Kind, o.err)
 			}
 			m.answer <- outcomes[i]
 		}
@@ -354,7 +351,7 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 			posted[k] = outcomes[i].posted
 		}
 		for i, first := range plan.duplicateOf {
-			outcomes[i] = replayOrConflict(outcomes[first].posted.Entry, group[i].posting)
+			outcomes[i] = settled(replayOrConflict(outcomes[first].posted.Entry, group[i].posting))
 		}
 		return s.ledger.Posted(ctx, tx, posted)
 	})
@@ -402,7 +399,7 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 		p := m.posting
 		if p.DedupeKey != "" {
 			if prior, ok := stored[p.DedupeKey]; ok {
-				plan.outcomes[i] = replayOrConflict(prior, p)
+				plan.outcomes[i] = settled(replayOrConflict(prior, p))
 				continue
 			}
 			if first, ok := claimed[p.DedupeKey]; ok {
@@ -463,12 +460,5 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 	return entries, nil
 }
 
-// replayOrConflict compares a posting with the entry that holds its key, as Ledger.Post does after its
-// insert found the key taken.
-func replayOrConflict(prior Entry, p Posting) outcome {
-	if prior.AccountID != p.AccountID || prior.Kind != p.Kind || prior.Amount != p.Amount {
-		return outcome{posted: Posted{Entry: prior}, err: fmt.Errorf("%w: key %q holds %s %d on %s, asked for %s %d on %s",
-			ErrDedupeConflict, p.DedupeKey, prior.Kind, prior.Amount, prior.AccountID, p.Kind, p.Amount, p.AccountID)}
-	}
-	return outcome{posted: Posted{Entry: prior}}
-}
+// settled wraps one member's answer.
+func settled(posted Posted, err error) outcome { return outcome{posted: posted, err: err} }
