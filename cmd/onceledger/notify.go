@@ -39,16 +39,21 @@ func startNotifications(ctx context.Context, e env, pool *pgxpool.Pool) (db.Ledg
 	return db.Ledger{OnPosted: n.Enqueue}, stop, nil
 }
 
-// enqueueingLedger is the Ledger of commands that post but do not deliver (replay, reconcile --once):
-// with NOTIFY_URL, each new entry's notification is enqueued in its transaction, for serve's worker to
-// deliver.
-func enqueueingLedger(e env, pool *pgxpool.Pool) (db.Ledger, error) {
+// openLedger opens the pool and the Ledger of a command that posts but does not deliver (replay,
+// reconcile): with NOTIFY_URL, each new entry's notification is enqueued in its transaction, for serve's
+// worker to deliver. The caller closes the pool.
+func (e env) openLedger(ctx context.Context) (*pgxpool.Pool, db.Ledger, error) {
+	pool, err := e.openPool(ctx)
+	if err != nil {
+		return nil, db.Ledger{}, err
+	}
 	if e.cfg.NotifyURL == "" {
-		return db.Ledger{}, nil
+		return pool, db.Ledger{}, nil
 	}
 	n, err := notify.New(pool, notify.Config{URL: e.cfg.NotifyURL, Secret: e.cfg.NotifySecret, Log: e.log})
 	if err != nil {
-		return db.Ledger{}, err
+		pool.Close()
+		return nil, db.Ledger{}, err
 	}
-	return db.Ledger{OnPosted: n.Enqueue}, nil
+	return pool, db.Ledger{OnPosted: n.Enqueue}, nil
 }

@@ -27,16 +27,12 @@ func reconcileCmd(ctx context.Context, e env, args []string) error {
 	if err := flags.Parse(args); err != nil || flags.NArg() > 0 {
 		return fmt.Errorf("%w: reconcile [--once] [--progress-every N]", errUsage)
 	}
-	pool, err := e.openPool(ctx)
+	pool, ledger, err := e.openLedger(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
-	ledger, err := enqueueingLedger(e, pool)
-	if err != nil {
-		return err
-	}
 	r := newReconciler(e, pool, ledger, nil, reconcile.Options{
 		ProgressEvery: *progressEvery,
 		Progress: func(rep reconcile.BillReport) {

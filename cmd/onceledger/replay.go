@@ -15,16 +15,12 @@ func replay(ctx context.Context, e env, eventIDs []string) error {
 	if len(eventIDs) == 0 {
 		return fmt.Errorf("replay needs at least one event id: %w", errUsage)
 	}
-	pool, err := e.openPool(ctx)
+	pool, ledger, err := e.openLedger(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
-	ledger, err := enqueueingLedger(e, pool)
-	if err != nil {
-		return err
-	}
 	processor := &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripeapi.New(e.cfg), Log: e.log}
 	var failed int
 	for _, id := range eventIDs {
