@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db"
 )
 
 const (
@@ -40,64 +40,19 @@ func handlePostDecisions(d Deps) http.Handler {
 			return err
 		}
 
-		// The first occurrence of an id is the one offered for storage; later ones are compared with it.
 		now := time.Now().UTC()
-		occurredAt := make([]time.Time, len(batch))
+		decisions := make([]db.Decision, len(batch))
 		for i, dec := range batch {
-			occurredAt[i] = now
+			decisions[i] = db.Decision{ID: dec.ID, AccountID: dec.AccountID, Cost: *dec.Cost, OccurredAt: now}
 			if dec.OccurredAt != nil {
-				occurredAt[i], _ = time.Parse(time.RFC3339Nano, *dec.OccurredAt) // checked by checkDecisions
+				decisions[i].OccurredAt, _ = time.Parse(time.RFC3339Nano, *dec.OccurredAt) // checked by checkDecisions
 			}
 		}
-		first := make(map[string]bool, len(batch))
-		params := dbsqlc.DecisionsInsertParams{}
-		for i, dec := range batch {
-			if first[dec.ID] {
-				continue
-			}
-			first[dec.ID] = true
-			params.Ids = append(params.Ids, dec.ID)
-			params.AccountIds = append(params.AccountIds, dec.AccountID)
-			params.Costs = append(params.Costs, *dec.Cost)
-			params.OccurredAts = append(params.OccurredAts, occurredAt[i])
-		}
-		q := dbsqlc.New(d.Pool)
-		inserted, err := q.DecisionsInsert(r.Context(), params)
+		stored, err := db.StoreDecisions(r.Context(), d.Pool, decisions)
 		if err != nil {
-			return fmt.Errorf("store %d decisions: %w", len(params.Ids), err)
+			return err
 		}
-		// What is stored now, for every id: the inserted rows and those stored before this call.
-		rows, err := q.DecisionsGet(r.Context(), params.Ids)
-		if err != nil {
-			return fmt.Errorf("read back %d decisions: %w", len(params.Ids), err)
-		}
-		stored := make(map[string]dbsqlc.Decision, len(rows))
-		for _, row := range rows {
-			stored[row.ID] = row
-		}
-		newlyStored := make(map[string]bool, len(inserted))
-		for _, id := range inserted {
-			newlyStored[id] = true
-		}
-
-		out := response{Accepted: len(inserted), Conflicts: []string{}}
-		conflicted := map[string]bool{}
-		offered := map[string]bool{}
-		for _, dec := range batch {
-			row := stored[dec.ID]
-			switch {
-			case row.AccountID != dec.AccountID || row.Cost != *dec.Cost:
-				if !conflicted[dec.ID] {
-					conflicted[dec.ID] = true
-					out.Conflicts = append(out.Conflicts, dec.ID)
-				}
-			case newlyStored[dec.ID] && !offered[dec.ID]:
-				// Counted in Accepted.
-			default:
-				out.Duplicates++
-			}
-			offered[dec.ID] = true
-		}
+		out := response{Accepted: stored.Accepted, Duplicates: stored.Duplicates, Conflicts: stored.Conflicts}
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})

@@ -1,11 +1,10 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db"
 )
 
 // eventOutcomes are the outcomes stripe_events_outcome_check allows.
@@ -34,30 +33,25 @@ func handleListStripeEvents(d Deps) http.Handler {
 		Next   *string           `json:"next"`
 	}
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
-		var outcome *string
-		if raw := r.URL.Query().Get("outcome"); raw != "" {
-			if !eventOutcomes[raw] {
-				return badRequest("invalid_outcome", "outcome must be one of applied, recorded, ignored, parked")
-			}
-			outcome = &raw
+		outcome := r.URL.Query().Get("outcome")
+		if outcome != "" && !eventOutcomes[outcome] {
+			return badRequest("invalid_outcome", "outcome must be one of applied, recorded, ignored, parked")
 		}
 		limit, after, err := pageQuery(r, "after")
 		if err != nil {
 			return err
 		}
-		rows, err := dbsqlc.New(d.Pool).StripeEventsList(r.Context(), dbsqlc.StripeEventsListParams{
-			Outcome: outcome, AfterSeq: after, MaxRows: int32(limit + 1),
-		})
+		rows, err := db.ListEvents(r.Context(), d.Pool, outcome, after, int32(limit+1))
 		if err != nil {
-			return fmt.Errorf("list stripe events: %w", err)
+			return err
 		}
-		rows, next := onePage(rows, limit, func(e dbsqlc.StripeEventsListRow) int64 { return e.Seq })
+		rows, next := onePage(rows, limit, func(e db.Event) int64 { return e.Seq })
 		out := response{Events: make([]stripeEventJSON, 0, len(rows)), Next: next}
 		for _, e := range rows {
 			out.Events = append(out.Events, stripeEventJSON{
-				ID: e.EventID, Seq: e.Seq, Type: e.Type, APIVersion: e.ApiVersion, Livemode: e.Livemode,
-				Created: e.Created, ReceivedAt: e.ReceivedAt, Outcome: e.Outcome, ParkedReason: e.ParkedReason,
-				PaymentIntent: e.PaymentIntent, OutcomeAt: e.OutcomeAt, ReviewedAt: e.ReviewedAt,
+				ID: e.ID, Seq: e.Seq, Type: e.Type, APIVersion: e.APIVersion, Livemode: e.Livemode,
+				Created: e.Created, ReceivedAt: e.ReceivedAt, Outcome: e.Outcome, ParkedReason: orNull(e.ParkedReason),
+				PaymentIntent: orNull(e.PaymentIntent), OutcomeAt: e.OutcomeAt, ReviewedAt: e.ReviewedAt,
 			})
 		}
 		writeJSON(w, http.StatusOK, out)

@@ -6,23 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db"
 )
 
 func TestStripeEventsListingByOutcome(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	q := dbsqlc.New(s.pool)
-	parked := "unknown_payment"
 	for i, outcome := range []string{"applied", "parked", "recorded", "parked", "ignored"} {
-		p := dbsqlc.StripeEventInsertParams{
-			EventID: fmt.Sprintf("evt_%d", i), Type: "charge.refunded", ApiVersion: "2024-06-20",
+		e := db.Event{
+			ID: fmt.Sprintf("evt_%d", i), Type: "charge.refunded", APIVersion: "2024-06-20",
 			Created: time.Unix(1_700_000_000+int64(i), 0), Payload: []byte(`{}`), Outcome: outcome,
 		}
 		if outcome == "parked" {
-			p.ParkedReason, p.PaymentIntent = &parked, &p.EventID
+			e.ParkedReason, e.PaymentIntent = "unknown_payment", e.ID
 		}
-		if _, err := q.StripeEventInsert(t.Context(), p); err != nil {
+		if _, err := db.RecordEvent(t.Context(), s.pool, e); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v79"
 
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/stripeapi"
 )
 
@@ -30,10 +29,10 @@ type topupJSON struct {
 	PaidAt        *time.Time `json:"paid_at"`
 }
 
-func topupOut(t dbsqlc.Topup) topupJSON {
+func topupOut(t db.Topup) topupJSON {
 	return topupJSON{
 		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Currency: t.Currency, Status: t.Status,
-		CheckoutURL: t.CheckoutUrl, SessionID: t.SessionID, PaymentIntent: t.PaymentIntent,
+		CheckoutURL: orNull(t.CheckoutURL), SessionID: orNull(t.SessionID), PaymentIntent: orNull(t.PaymentIntent),
 		CreatedAt: t.CreatedAt, PaidAt: t.PaidAt,
 	}
 }
@@ -76,12 +75,11 @@ func handlePostTopup(d Deps) http.Handler {
 			return err
 		}
 
-		q := dbsqlc.New(d.Pool)
-		order, err := q.TopupInsertPending(r.Context(), dbsqlc.TopupInsertPendingParams{
+		order, err := db.InsertPendingTopup(r.Context(), d.Pool, db.Topup{
 			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Currency: acct.Currency,
 		})
 		if err != nil {
-			return fmt.Errorf("insert top-up for %s: %w", acct.ID, err)
+			return err
 		}
 		params := &stripe.CheckoutSessionParams{
 			Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
@@ -109,9 +107,7 @@ func handlePostTopup(d Deps) http.Handler {
 			d.Log.WarnContext(r.Context(), "checkout session not created", "topup", order.ID, "err", err)
 			return stripeFailure(err)
 		}
-		order, err = q.TopupSetSession(r.Context(), dbsqlc.TopupSetSessionParams{
-			ID: order.ID, SessionID: &session.ID, CheckoutUrl: &session.URL,
-		})
+		order, err = db.SetTopupSession(r.Context(), d.Pool, order.ID, session.ID, session.URL)
 		if err != nil {
 			return fmt.Errorf("attach session %s to top-up: %w", session.ID, err)
 		}
@@ -126,12 +122,12 @@ func handleGetTopup(d Deps) http.Handler {
 		if !accountIDPattern.MatchString(id) {
 			return badRequest("invalid_topup_id", "top-up id must be 1-64 characters of [A-Za-z0-9_.:-]")
 		}
-		order, err := dbsqlc.New(d.Pool).TopupGet(r.Context(), id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		order, err := db.GetTopup(r.Context(), d.Pool, id)
+		if errors.Is(err, db.ErrNotFound) {
 			return &Error{Status: http.StatusNotFound, Code: "topup_not_found", Message: "no top-up " + id}
 		}
 		if err != nil {
-			return fmt.Errorf("get top-up %s: %w", id, err)
+			return err
 		}
 		writeJSON(w, http.StatusOK, topupResponse{Topup: topupOut(order)})
 		return nil

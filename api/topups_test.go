@@ -14,7 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/config"
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db"
 )
 
 // fakeStripe is a loopback stand-in for Stripe's POST /v1/checkout/sessions: it records each request's
@@ -39,7 +39,7 @@ func newFakeStripe(t *testing.T, s func() *server) *fakeStripe {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		row, err := dbsqlc.New(s().pool).TopupGet(context.Background(), r.PostForm.Get("metadata[topup_id]"))
+		row, err := db.GetTopup(context.Background(), s().pool, r.PostForm.Get("metadata[topup_id]"))
 		f.mu.Lock()
 		f.requests = append(f.requests, r.PostForm)
 		if err == nil {
@@ -110,11 +110,11 @@ func TestTopupCreatesCheckoutSessionForAPendingOrder(t *testing.T) {
 		t.Fatalf("when Stripe was called the top-up row was %q, want pending (written first)", stripe.rowSeen[0])
 	}
 
-	row, err := dbsqlc.New(s.pool).TopupGet(t.Context(), id)
+	row, err := db.GetTopup(t.Context(), s.pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row.Status != "pending" || row.SessionID == nil || *row.SessionID != "cs_test_1" || row.Amount != 2500 {
+	if row.Status != "pending" || row.SessionID != "cs_test_1" || row.Amount != 2500 {
 		t.Fatalf("stored top-up %+v", row)
 	}
 	if b := s.balance("acct_t"); b != 0 {

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
 func TestWebhookTopupDelivered50TimesConcurrentlyCreditsOnce(t *testing.T) {
@@ -551,12 +550,11 @@ func TestWebhookPaysPendingTopupOnce(t *testing.T) {
 	s := newWebhookServer(t)
 	s.createAccount("acct_1", "gbp")
 	ctx := context.Background()
-	q := dbsqlc.New(s.pool)
-	if _, err := q.TopupInsertPending(ctx, dbsqlc.TopupInsertPendingParams{ID: "top_1", AccountID: "acct_1", Amount: 1500, Currency: "gbp"}); err != nil {
+	if _, err := db.InsertPendingTopup(ctx, s.pool, db.Topup{ID: "top_1", AccountID: "acct_1", Amount: 1500, Currency: "gbp"}); err != nil {
 		t.Fatal(err)
 	}
 	session, url := "cs_api_1", "https://checkout.stripe.com/c/pay/cs_api_1"
-	if _, err := q.TopupSetSession(ctx, dbsqlc.TopupSetSessionParams{ID: "top_1", SessionID: &session, CheckoutUrl: &url}); err != nil {
+	if _, err := db.SetTopupSession(ctx, s.pool, "top_1", session, url); err != nil {
 		t.Fatal(err)
 	}
 
@@ -566,11 +564,11 @@ func TestWebhookPaysPendingTopupOnce(t *testing.T) {
 	if r := s.deliver(eventJSON("evt_async", "checkout.session.async_payment_succeeded", apiVersion, sessionObject(session, "pi_1", "acct_1", 1500))); r.Credited {
 		t.Fatalf("a second completion event credited again: %+v", r)
 	}
-	order, err := q.TopupGet(ctx, "top_1")
+	order, err := db.GetTopup(ctx, s.pool, "top_1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if order.Status != "paid" || order.PaymentIntent == nil || *order.PaymentIntent != "pi_1" || *order.PaidEventID != "evt_completed" {
+	if order.Status != "paid" || order.PaymentIntent != "pi_1" || order.PaidEventID != "evt_completed" {
 		t.Fatalf("order %+v, want paid by evt_completed with pi_1", order)
 	}
 	s.wantBalance("acct_1", 1500)

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
 // Account is one account with its cached balance.
@@ -34,9 +32,9 @@ type AccountCreated struct {
 // grant itself. An existing account with another currency is ErrCurrencyMismatch.
 func (l Ledger) CreateAccount(ctx context.Context, b Beginner, id, currency string, grant int64) (AccountCreated, error) {
 	var out AccountCreated
-	err := InTx(ctx, b, func(tx pgx.Tx) error {
+	err := InTx(ctx, b, func(tx Tx) error {
 		q := dbsqlc.New(tx)
-		row, err := q.AccountInsert(ctx, dbsqlc.AccountInsertParams{ID: id, Currency: currency})
+		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency})
 		if isNoRows(err) {
 			existing, err := GetAccount(ctx, tx, id)
 			if err != nil {
@@ -71,8 +69,8 @@ func (l Ledger) CreateAccount(ctx context.Context, b Beginner, id, currency stri
 }
 
 // GetAccount returns the account, or ErrNotFound.
-func GetAccount(ctx context.Context, q dbsqlc.DBTX, id string) (Account, error) {
-	row, err := dbsqlc.New(q).AccountGet(ctx, id)
+func GetAccount(ctx context.Context, q Conn, id string) (Account, error) {
+	row, err := dbsqlc.New(q).AccountsGet(ctx, id)
 	if isNoRows(err) {
 		return Account{}, fmt.Errorf("account %s: %w", id, ErrNotFound)
 	}

@@ -1,8 +1,8 @@
-// Package db is the hand-written data layer over the generated queries in db/dbsqlc: the pool, one
-// transaction helper, the mapping from PostgreSQL errors to sentinels, and the operations whose
-// guarantees take more than one statement (posting an entry, creating an account).
-//
-// It is the only package that imports pgconn: everything above it sees sentinels.
+// Package db is the one door to the database: the pool, one transaction helper, the mapping from
+// PostgreSQL errors to sentinels, and every operation the rest of onceledger runs, each named after
+// what it does and answering with the domain types and sentinels declared here. The SQL lives in
+// sql/queries; the code sqlc generates from it is db/internal/dbsqlc, which no other package can
+// import. Above db nothing sees a generated row, pgx.ErrNoRows or a PostgreSQL error code.
 package db
 
 import (
@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -35,6 +36,20 @@ func redact(cfg *pgxpool.Config) string {
 	return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 }
 
+// Pool is the connection pool Open returns; Tx is a transaction (or savepoint) InTx hands to its
+// function. Aliases, so that callers name them through db alone.
+type (
+	Pool = pgxpool.Pool
+	Tx   = pgx.Tx
+)
+
+// Conn is what a single operation runs on: the Pool, or a Tx to make it part of a transaction.
+type Conn interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // Beginner is what InTx needs: a pool, or a connection.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
@@ -43,7 +58,7 @@ type Beginner interface {
 // InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise. It is the
 // only place that begins, commits or rolls back. The rollback runs even when ctx was cancelled, so a
 // client that went away never leaves a transaction open.
-func InTx(ctx context.Context, b Beginner, fn func(tx pgx.Tx) error) (err error) {
+func InTx(ctx context.Context, b Beginner, fn func(tx Tx) error) (err error) {
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", MapError(err))
@@ -62,5 +77,5 @@ func InTx(ctx context.Context, b Beginner, fn func(tx pgx.Tx) error) (err error)
 	return nil
 }
 
-// IsNoRows reports whether err is the generated queries' "no row" outcome.
+// isNoRows reports whether err is the generated queries' "no row" outcome.
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
 // Entry kinds, as ledger_kind_sign_check knows them.
@@ -63,7 +61,7 @@ type Ledger struct {
 	// OnPosted runs inside the posting transaction with every entry that transaction newly inserted
 	// (never on a replay), e.g. to enqueue its notification so that it commits or rolls back with the
 	// entry. An error from it rolls the posting back.
-	OnPosted func(ctx context.Context, tx pgx.Tx, posted []Posted) error
+	OnPosted func(ctx context.Context, tx Tx, posted []Posted) error
 	// Observe, when set, counts every posting attempt by kind and result (ResultPosted, ResultReplay,
 	// ResultConflict). A posting counted as posted may still roll back with its transaction.
 	Observe func(kind, result string)
@@ -103,9 +101,9 @@ func (l Ledger) observeTaken(kind string, err error) {
 //
 // Other errors: ErrAccountNotFound, ErrInsufficientBalance (NoOverdraw), ErrInvalidAmount. After an
 // error the caller must roll back: the entry may have been inserted before the balance was refused.
-func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) {
+func (l Ledger) Post(ctx context.Context, tx Tx, p Posting) (Posted, error) {
 	q := dbsqlc.New(tx)
-	inserted, err := q.LedgerEntryInsert(ctx, dbsqlc.LedgerEntryInsertParams{
+	inserted, err := q.LedgerInsert(ctx, dbsqlc.LedgerInsertParams{
 		AccountID:     p.AccountID,
 		Kind:          p.Kind,
 		Amount:        p.Amount,
@@ -139,7 +137,7 @@ func (l Ledger) Post(ctx context.Context, tx pgx.Tx, p Posting) (Posted, error) 
 
 // Posted runs OnPosted, if set, for entries newly inserted in tx. Every path that inserts entries
 // (Post, bulk billing) calls it, so that no entry escapes its side effects.
-func (l Ledger) Posted(ctx context.Context, tx pgx.Tx, posted []Posted) error {
+func (l Ledger) Posted(ctx context.Context, tx Tx, posted []Posted) error {
 	for _, p := range posted {
 		l.observe(p.Entry.Kind, ResultPosted)
 	}
@@ -158,13 +156,13 @@ func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, err
 		err     error
 	)
 	if p.NoOverdraw {
-		balance, err = q.AccountBalanceAddNoOverdraw(ctx, dbsqlc.AccountBalanceAddNoOverdrawParams{ID: p.AccountID, Amount: p.Amount})
+		balance, err = q.AccountsBalanceAddNoOverdraw(ctx, dbsqlc.AccountsBalanceAddNoOverdrawParams{ID: p.AccountID, Amount: p.Amount})
 		if isNoRows(err) {
 			// The entry's foreign key already proved the account exists: the condition refused it.
 			return 0, fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)
 		}
 	} else {
-		balance, err = q.AccountBalanceAdd(ctx, dbsqlc.AccountBalanceAddParams{ID: p.AccountID, Amount: p.Amount})
+		balance, err = q.AccountsBalanceAdd(ctx, dbsqlc.AccountsBalanceAddParams{ID: p.AccountID, Amount: p.Amount})
 	}
 	if err != nil {
 		return 0, fmt.Errorf("update balance of %s: %w", p.AccountID, MapError(err))
@@ -174,7 +172,7 @@ func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, err
 
 // replayOf tells an exact replay from a key reused with other parameters.
 func replayOf(ctx context.Context, q *dbsqlc.Queries, p Posting) (Posted, error) {
-	row, err := q.LedgerEntryGetByDedupeKey(ctx, p.DedupeKey)
+	row, err := q.LedgerGetByDedupeKey(ctx, p.DedupeKey)
 	if err != nil {
 		return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, MapError(err))
 	}
@@ -200,12 +198,12 @@ func entryFromRow(r dbsqlc.LedgerEntry) Entry {
 
 // Entries returns an account's entries newest first, at most limit of them, older than beforeID when
 // it is non-zero (keyset pagination).
-func Entries(ctx context.Context, q dbsqlc.DBTX, accountID string, beforeID int64, limit int32) ([]Entry, error) {
+func Entries(ctx context.Context, q Conn, accountID string, beforeID int64, limit int32) ([]Entry, error) {
 	var before *int64
 	if beforeID > 0 {
 		before = &beforeID
 	}
-	rows, err := dbsqlc.New(q).LedgerEntriesByAccount(ctx, dbsqlc.LedgerEntriesByAccountParams{
+	rows, err := dbsqlc.New(q).LedgerListByAccount(ctx, dbsqlc.LedgerListByAccountParams{
 		AccountID: accountID, BeforeID: before, MaxRows: limit,
 	})
 	if err != nil {

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
 // Poster posts entries with group commit. Every posting on one account serialises on that account's
@@ -287,7 +286,7 @@ func (s *Poster) commit(group []*member) {
 // postAlone is the plain path: one transaction, one Ledger.Post.
 func (s *Poster) postAlone(ctx context.Context, m *member) {
 	var out Posted
-	err := InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := InTx(ctx, s.pool, func(tx Tx) error {
 		var err error
 		out, err = s.ledger.Post(ctx, tx, m.posting)
 		return err
@@ -311,9 +310,9 @@ func lostLockRace(err error) bool {
 func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) ([]outcome, error) {
 	account := group[0].posting.AccountID
 	var outcomes []outcome
-	err := InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := InTx(ctx, s.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
-		start, err := q.GroupCommitAccountLock(ctx, account)
+		start, err := q.AccountsLockForGroup(ctx, account)
 		if isNoRows(err) {
 			return errPostAlone
 		}
@@ -334,7 +333,7 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 			return err
 		}
 		if plan.balance != start {
-			balance, err := q.AccountBalanceAdd(ctx, dbsqlc.AccountBalanceAddParams{ID: account, Amount: plan.balance - start})
+			balance, err := q.AccountsBalanceAdd(ctx, dbsqlc.AccountsBalanceAddParams{ID: account, Amount: plan.balance - start})
 			if err != nil {
 				return fmt.Errorf("update balance of %s: %w", account, err)
 			}
@@ -370,7 +369,7 @@ func storedEntries(ctx context.Context, q *dbsqlc.Queries, group []*member) (map
 	if len(keys) == 0 {
 		return stored, nil
 	}
-	rows, err := q.GroupCommitEntriesByKeys(ctx, keys)
+	rows, err := q.LedgerListByDedupeKeys(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read entries for %d dedupe keys: %w", len(keys), err)
 	}
@@ -407,7 +406,7 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 				continue
 			}
 		}
-		// The same condition as AccountBalanceAddNoOverdraw, on the balance this member would see.
+		// The same condition as AccountsBalanceAddNoOverdraw, on the balance this member would see.
 		if p.NoOverdraw && plan.balance+p.Amount < 0 {
 			plan.outcomes[i] = outcome{err: fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)}
 			continue
@@ -427,17 +426,17 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 	if len(insert) == 0 {
 		return nil, nil
 	}
-	var arg dbsqlc.GroupCommitEntriesInsertParams
+	var arg dbsqlc.LedgerInsertGroupParams
 	for _, i := range insert {
 		p := group[i].posting
-		arg.AccountIds = append(arg.AccountIds, p.AccountID)
+		arg.AccountIDs = append(arg.AccountIDs, p.AccountID)
 		arg.Kinds = append(arg.Kinds, p.Kind)
 		arg.Amounts = append(arg.Amounts, p.Amount)
 		arg.Descriptions = append(arg.Descriptions, p.Description)
 		arg.DedupeKeys = append(arg.DedupeKeys, p.DedupeKey)
 		arg.PaymentIntents = append(arg.PaymentIntents, p.PaymentIntent)
 	}
-	rows, err := q.GroupCommitEntriesInsert(ctx, arg)
+	rows, err := q.LedgerInsertGroup(ctx, arg)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].posting.AccountID, err)
 	}
@@ -445,7 +444,7 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 		return nil, errRegroup
 	}
 	// Ids are drawn in array order, so sorting by id pairs each row with its member; the keys check it.
-	slices.SortFunc(rows, func(a, b dbsqlc.GroupCommitEntriesInsertRow) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(rows, func(a, b dbsqlc.LedgerInsertGroupRow) int { return cmp.Compare(a.ID, b.ID) })
 	entries := make([]Entry, len(rows))
 	for k, i := range insert {
 		p := group[i].posting

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/onceledger/onceledger/db/dbsqlc"
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
 // Violation is one broken invariant, described for an operator.
@@ -18,11 +18,11 @@ func (v Violation) String() string { return v.Check + ": " + v.Detail }
 
 // Verify checks every invariant the ledger promises (SPEC §8) and returns each violation found; an
 // empty result means the ledger is sound. parkedAfter is how long a parked event may wait unreviewed.
-func Verify(ctx context.Context, q dbsqlc.DBTX, now time.Time, parkedAfter time.Duration) ([]Violation, error) {
+func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter time.Duration) ([]Violation, error) {
 	queries := dbsqlc.New(q)
 	var out []Violation
 
-	balances, err := queries.AccountBalanceMismatches(ctx)
+	balances, err := queries.AccountsBalanceMismatches(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("check balances: %w", MapError(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ import (
 const benchDecisions = 1_000_000
 
 // Billing rate of a first pass over 1,000,000 decisions, through the reconciler and through the
-// baseline (the same SQL from sql/queries/billing.sql, executed directly through pgx), over 1,000
+// baseline (the same billing SQL from sql/queries, executed directly through pgx), over 1,000
 // accounts and over one.
 func BenchmarkBilling(b *testing.B) {
 	for _, accounts := range []int{1000, 1} {
@@ -86,23 +87,23 @@ func benchmarkPass(b *testing.B, accounts int, bill func(testing.TB, *pgxpool.Po
 	b.ReportMetric(0, "ns/op")
 }
 
-// billDirectly is the baseline: the reconciler's chunk loop with the statements of
-// sql/queries/billing.sql run through pgx as written, with no layer between.
+// billDirectly is the baseline: the reconciler's chunk loop with the billing statements of
+// sql/queries run through pgx as written, with no layer between.
 func billDirectly(tb testing.TB, pool *pgxpool.Pool) int64 {
 	ctx := context.Background()
 	q := billingQueries(tb)
 	var lastSeq, billed int64
-	if err := pool.QueryRow(ctx, q["BillingDecisionsLastSeq"]).Scan(&lastSeq); err != nil {
+	if err := pool.QueryRow(ctx, q["DecisionsLastSeq"]).Scan(&lastSeq); err != nil {
 		tb.Fatal(err)
 	}
 	for after := int64(0); after < lastSeq; {
 		var upto, read int64
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, q["BillingChunkEnd"],
+			if err := tx.QueryRow(ctx, q["DecisionsChunkEnd"],
 				pgx.NamedArgs{"after_seq": after, "last_seq": lastSeq, "chunk_size": 10_000}).Scan(&upto, &read); err != nil || read == 0 {
 				return err
 			}
-			unbilled, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["BillingChunkUnbilled"], pgx.NamedArgs{"after_seq": after, "upto_seq": upto})),
+			unbilled, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["DecisionsUnbilledByAccount"], pgx.NamedArgs{"after_seq": after, "upto_seq": upto})),
 				func(row pgx.CollectableRow) (string, error) {
 					var account string
 					var n, first int64
@@ -111,11 +112,11 @@ func billDirectly(tb testing.TB, pool *pgxpool.Pool) int64 {
 			if err != nil || len(unbilled) == 0 {
 				return err
 			}
-			locked, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["BillingAccountsLock"], pgx.NamedArgs{"ids": unbilled})), pgx.RowTo[string])
+			locked, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["AccountsLockForBilling"], pgx.NamedArgs{"ids": unbilled})), pgx.RowTo[string])
 			if err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, q["BillingChunkPost"],
+			rows, err := tx.Query(ctx, q["LedgerUsageInsertForDecisions"],
 				pgx.NamedArgs{"after_seq": after, "upto_seq": upto, "account_ids": locked})
 			if err != nil {
 				return err
@@ -145,18 +146,24 @@ func mustQuery(rows pgx.Rows, err error) pgx.Rows {
 	return rows
 }
 
-// billingQueries reads sql/queries/billing.sql and returns each query by name, as written: pgx binds
-// its @named parameters itself (pgx.NamedArgs).
+// billingQueries reads sql/queries and returns each query by name, as written: pgx binds its @named
+// parameters itself (pgx.NamedArgs).
 func billingQueries(tb testing.TB) map[string]string {
 	tb.Helper()
-	text, err := os.ReadFile("../sql/queries/billing.sql")
+	files, err := filepath.Glob("../sql/queries/*.sql")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	queries := map[string]string{}
-	for _, part := range strings.Split(string(text), "-- name: ")[1:] {
-		name, body, _ := strings.Cut(part, " ")
-		queries[name] = body[strings.Index(body, "\n"):]
+	for _, file := range files {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, part := range strings.Split(string(text), "-- name: ")[1:] {
+			name, body, _ := strings.Cut(part, " ")
+			queries[name] = body[strings.Index(body, "\n"):]
+		}
 	}
 	return queries
 }

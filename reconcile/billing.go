@@ -6,10 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
 // BillReport says what one billing pass did.
@@ -43,9 +40,9 @@ const maxWaitingNamed = 20
 func (r *Reconciler) Bill(ctx context.Context, afterSeq int64) (BillReport, error) {
 	started := time.Now()
 	rep := BillReport{FromSeq: afterSeq, LastSeq: afterSeq}
-	lastSeq, err := dbsqlc.New(r.pool).BillingDecisionsLastSeq(ctx)
+	lastSeq, err := db.LastDecisionSeq(ctx, r.pool)
 	if err != nil {
-		return rep, fmt.Errorf("read last decision seq: %w", err)
+		return rep, err
 	}
 	for after := afterSeq; after < lastSeq; {
 		upto, err := r.billChunk(ctx, after, lastSeq, &rep)
@@ -69,88 +66,27 @@ func (r *Reconciler) Bill(ctx context.Context, afterSeq int64) (BillReport, erro
 // billChunk bills the next chunk after afterSeq in one transaction and returns the seq ending it
 // (afterSeq when no decision is left).
 func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep *BillReport) (uptoSeq int64, err error) {
-	var chunk BillReport
-	err = db.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		end, err := q.BillingChunkEnd(ctx, dbsqlc.BillingChunkEndParams{
-			AfterSeq: afterSeq, LastSeq: lastSeq, ChunkSize: int32(r.chunkSize),
-		})
-		if err != nil || end.Decisions == 0 {
-			return err
-		}
-		uptoSeq, chunk.Read = end.UptoSeq, end.Decisions
-		unbilled, err := q.BillingChunkUnbilled(ctx, dbsqlc.BillingChunkUnbilledParams{AfterSeq: afterSeq, UptoSeq: uptoSeq})
-		if err != nil || len(unbilled) == 0 {
-			// Everything in the chunk was billed before: a re-read, and nothing to write.
-			return err
-		}
-		ids := make([]string, len(unbilled))
-		for i, u := range unbilled {
-			ids[i] = u.AccountID
-		}
-		locked, err := q.BillingAccountsLock(ctx, ids)
-		if err != nil {
-			return err
-		}
-		noteWaiting(&chunk, unbilled, locked)
-		if len(locked) == 0 {
-			return nil
-		}
-		rows, err := q.BillingChunkPost(ctx, dbsqlc.BillingChunkPostParams{AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIds: locked})
-		if err != nil {
-			return err
-		}
-		return r.posted(ctx, tx, rows, &chunk)
-	})
-	if err != nil {
+	billed, err := r.ledger.BillChunk(ctx, r.pool, afterSeq, lastSeq, r.chunkSize)
+	if err != nil || billed.Read == 0 {
 		return afterSeq, err
 	}
-	if chunk.Read == 0 {
-		return afterSeq, nil
+	chunk := BillReport{Read: billed.Read, Billed: int64(len(billed.Posted))}
+	accounts := make(map[string]struct{})
+	for _, p := range billed.Posted {
+		chunk.Amount += p.Entry.Amount
+		accounts[p.Entry.AccountID] = struct{}{}
+	}
+	chunk.Accounts = int64(len(accounts))
+	for _, w := range billed.Waiting {
+		chunk.Waiting += w.Decisions
+		if chunk.firstWaitingSeq == 0 || w.FirstSeq < chunk.firstWaitingSeq {
+			chunk.firstWaitingSeq = w.FirstSeq
+		}
+		chunk.WaitingAccounts = append(chunk.WaitingAccounts, w.AccountID)
 	}
 	rep.add(chunk)
 	r.metrics.BilledDecisions.Add(float64(chunk.Billed))
-	return uptoSeq, nil
-}
-
-// noteWaiting records the unbilled decisions whose account BillingAccountsLock did not find.
-func noteWaiting(chunk *BillReport, unbilled []dbsqlc.BillingChunkUnbilledRow, locked []string) {
-	exists := make(map[string]bool, len(locked))
-	for _, id := range locked {
-		exists[id] = true
-	}
-	for _, u := range unbilled {
-		if exists[u.AccountID] {
-			continue
-		}
-		chunk.Waiting += u.Decisions
-		if chunk.firstWaitingSeq == 0 || u.FirstSeq < chunk.firstWaitingSeq {
-			chunk.firstWaitingSeq = u.FirstSeq
-		}
-		chunk.WaitingAccounts = append(chunk.WaitingAccounts, u.AccountID)
-	}
-}
-
-// posted hands the chunk's new entries to the ledger's OnPosted hook (notifications), inside the
-// chunk's transaction, and counts them.
-func (r *Reconciler) posted(ctx context.Context, tx pgx.Tx, rows []dbsqlc.BillingChunkPostRow, chunk *BillReport) error {
-	posted := make([]db.Posted, len(rows))
-	accounts := make(map[string]struct{})
-	for i, row := range rows {
-		posted[i] = db.Posted{
-			Entry: db.Entry{
-				ID: row.ID, AccountID: row.AccountID, Kind: db.KindUsage, Amount: row.Amount,
-				Description: row.Description, DedupeKey: row.DedupeKey, CreatedAt: row.CreatedAt,
-			},
-			Posted:  true,
-			Balance: row.Balance,
-		}
-		chunk.Amount += row.Amount
-		accounts[row.AccountID] = struct{}{}
-	}
-	chunk.Billed = int64(len(rows))
-	chunk.Accounts = int64(len(accounts))
-	return r.ledger.Posted(ctx, tx, posted)
+	return billed.UptoSeq, nil
 }
 
 // add folds a committed chunk into the pass's report.

@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,14 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/reconcile"
 	"github.com/onceledger/onceledger/stripeapi"
@@ -35,18 +32,10 @@ func (p recordingProcessor) Process(ctx context.Context, raw []byte) (duplicate 
 	if err := json.Unmarshal(raw, &event); err != nil {
 		return false, err
 	}
-	err = db.InTx(ctx, p.pool, func(tx pgx.Tx) error {
-		_, err := dbsqlc.New(tx).StripeEventInsert(ctx, dbsqlc.StripeEventInsertParams{
-			EventID: event.ID, Type: string(event.Type), ApiVersion: event.APIVersion, Livemode: event.Livemode,
-			Created: time.Unix(event.Created, 0), Payload: raw, Outcome: "applied",
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			duplicate = true
-			return nil
-		}
-		return err
+	return db.RecordEvent(ctx, p.pool, db.Event{
+		ID: event.ID, Type: string(event.Type), APIVersion: event.APIVersion, Livemode: event.Livemode,
+		Created: time.Unix(event.Created, 0), Payload: raw, Outcome: "applied",
 	})
-	return duplicate, err
 }
 
 func eventJSON(id string, created time.Time) string {

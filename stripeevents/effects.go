@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
 // MoneyMovingTypes are the event types whose effects can post entries (the cases of effects below):
@@ -32,7 +29,7 @@ var MoneyMovingTypes = []string{
 // effects applies ev by its object's current state. Every entry it posts has a dedupe key naming the
 // thing that happened (the payment, the refund, the dispute), never the event, except the top-up whose
 // order's pending→paid transition guards it too: so any arrival order converges to one ledger.
-func (p *Processor) effects(ctx context.Context, tx pgx.Tx, ev event, refunds refundLister) (outcome, error) {
+func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, refunds refundLister) (outcome, error) {
 	switch ev.Type {
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
 		var s checkoutSession
@@ -88,7 +85,7 @@ func (p *Processor) effects(ctx context.Context, tx pgx.Tx, ev event, refunds re
 // topup records the Checkout Session's order and moves it from pending to paid; only the transaction
 // whose conditional UPDATE made that transition posts the credit, so a second completion event for the
 // same session (another event id) credits nothing.
-func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSession) (outcome, error) {
+func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSession) (outcome, error) {
 	paymentIntent := s.PaymentIntent.ID
 	if ev.Type == "checkout.session.completed" && s.PaymentStatus != "paid" {
 		// An asynchronous payment: checkout.session.async_payment_succeeded will credit it.
@@ -97,15 +94,14 @@ func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSe
 	if s.ID == "" || s.AmountTotal <= 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
-	q := dbsqlc.New(tx)
 	accountID := s.accountID()
 	// An order created through the API names its account; the session's metadata is a copy of it.
-	order, err := q.TopupGetBySession(ctx, &s.ID)
+	order, err := db.TopupBySession(ctx, tx, s.ID)
 	switch {
 	case err == nil:
 		accountID = order.AccountID
-	case !errors.Is(err, pgx.ErrNoRows):
-		return outcome{}, fmt.Errorf("read order of session %s: %w", s.ID, err)
+	case !errors.Is(err, db.ErrNotFound):
+		return outcome{}, err
 	}
 	if accountID == "" {
 		return outcome{}, park(ReasonUnknownAccount, paymentIntent)
@@ -114,28 +110,26 @@ func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSe
 	if err != nil {
 		return outcome{}, err
 	}
-	err = q.TopupInsertForSession(ctx, dbsqlc.TopupInsertForSessionParams{
-		ID: s.ID, AccountID: acct.ID, SessionID: &s.ID, Amount: s.AmountTotal, Currency: acct.Currency,
+	err = db.InsertTopupForSession(ctx, tx, db.Topup{
+		ID: s.ID, AccountID: acct.ID, SessionID: s.ID, Amount: s.AmountTotal, Currency: acct.Currency,
 	})
 	if err != nil {
-		return outcome{}, fmt.Errorf("record order of session %s: %w", s.ID, err)
+		return outcome{}, err
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
-	paid, err := q.TopupMarkPaid(ctx, dbsqlc.TopupMarkPaidParams{
-		SessionID: &s.ID, PaymentIntent: nullable(paymentIntent), PaidEventID: &ev.ID,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, nil // already paid by an earlier event
-	}
-	if err = db.MapError(err); errors.Is(err, db.ErrDedupeConflict) {
+	order, paid, err := db.MarkTopupPaid(ctx, tx, s.ID, paymentIntent, ev.ID)
+	if errors.Is(err, db.ErrDedupeConflict) {
 		// The payment already paid another order (topups_payment_intent_key).
 		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: paymentIntent, cause: err}
 	}
 	if err != nil {
-		return outcome{}, fmt.Errorf("mark order of session %s paid: %w", s.ID, err)
+		return outcome{}, err
+	}
+	if !paid {
+		return out, nil // already paid by an earlier event
 	}
 	out.credited, err = p.post(ctx, tx, &out, db.Posting{
-		AccountID: paid.AccountID, Kind: db.KindTopup, Amount: s.AmountTotal,
+		AccountID: order.AccountID, Kind: db.KindTopup, Amount: s.AmountTotal,
 		Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID, PaymentIntent: paymentIntent,
 	})
 	if err != nil {
@@ -151,11 +145,10 @@ func (p *Processor) topup(ctx context.Context, tx pgx.Tx, ev event, s checkoutSe
 
 // unpark re-applies, in the top-up's transaction, the events that were parked waiting for this payment,
 // so that they commit with the credit they were waiting for.
-func (p *Processor) unpark(ctx context.Context, tx pgx.Tx, out *outcome, paymentIntent string) error {
-	q := dbsqlc.New(tx)
-	waiting, err := q.StripeEventsParkedForPayment(ctx, paymentIntent)
+func (p *Processor) unpark(ctx context.Context, tx db.Tx, out *outcome, paymentIntent string) error {
+	waiting, err := db.ParkedEventsForPayment(ctx, tx, paymentIntent)
 	if err != nil {
-		return fmt.Errorf("find events parked for %s: %w", paymentIntent, err)
+		return err
 	}
 	for _, row := range waiting {
 		ev, err := parseEvent(row.Payload)
@@ -166,15 +159,15 @@ func (p *Processor) unpark(ctx context.Context, tx pgx.Tx, out *outcome, payment
 		// the alternative (after commit) could lose the re-application in a crash.
 		reapplied, err := p.apply(ctx, tx, ev, p.refundsOf)
 		if err != nil {
-			return fmt.Errorf("re-apply parked %s: %w", row.EventID, err)
+			return fmt.Errorf("re-apply parked %s: %w", row.ID, err)
 		}
-		if err := setOutcome(ctx, q, row.EventID, reapplied); err != nil {
+		if err := setOutcome(ctx, tx, row.ID, reapplied); err != nil {
 			return err
 		}
 		out.reversed += reapplied.reversed
 		out.restored += reapplied.restored
 		out.posted = append(out.posted, reapplied.posted...)
-		out.unparked = append(out.unparked, row.EventID)
+		out.unparked = append(out.unparked, row.ID)
 	}
 	return nil
 }
@@ -245,7 +238,7 @@ func disputeReversal(eventType string, d dispute) (reversal, bool) {
 
 // reverseAll posts the reversals of one payment on its account. An event with nothing to reverse is
 // recorded without looking for the account.
-func (p *Processor) reverseAll(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string, reversals []reversal) (outcome, error) {
+func (p *Processor) reverseAll(ctx context.Context, tx db.Tx, paymentIntent, chargeAccount string, reversals []reversal) (outcome, error) {
 	if len(reversals) == 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
@@ -257,7 +250,7 @@ func (p *Processor) reverseAll(ctx context.Context, tx pgx.Tx, paymentIntent, ch
 }
 
 // reverseOn posts the reversals of one payment on acct, each under its own key.
-func (p *Processor) reverseOn(ctx context.Context, tx pgx.Tx, acct db.Account, paymentIntent string, reversals []reversal) (outcome, error) {
+func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, paymentIntent string, reversals []reversal) (outcome, error) {
 	if len(reversals) == 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
@@ -296,15 +289,15 @@ func (p *Processor) reverseOn(ctx context.Context, tx pgx.Tx, acct db.Account, p
 // resolve finds the account a refund or dispute belongs to: through the paid order of its payment
 // (refund and dispute metadata is empty in real payloads), else the charge's metadata.account_id.
 // The caller (apply) holds the payment's lock, so the order read here cannot be committed unseen.
-func resolve(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string) (db.Account, error) {
+func resolve(ctx context.Context, tx db.Tx, paymentIntent, chargeAccount string) (db.Account, error) {
 	accountID := chargeAccount
 	if paymentIntent != "" {
-		order, err := dbsqlc.New(tx).TopupGetByPaymentIntent(ctx, paymentIntent)
+		order, err := db.TopupByPaymentIntent(ctx, tx, paymentIntent)
 		switch {
 		case err == nil:
 			accountID = order.AccountID
-		case !errors.Is(err, pgx.ErrNoRows):
-			return db.Account{}, fmt.Errorf("read order of payment %s: %w", paymentIntent, err)
+		case !errors.Is(err, db.ErrNotFound):
+			return db.Account{}, err
 		}
 	}
 	if accountID == "" {
@@ -315,7 +308,7 @@ func resolve(ctx context.Context, tx pgx.Tx, paymentIntent, chargeAccount string
 
 // account reads the account, parking unknown_account when it does not exist and currency_mismatch
 // when currency (if given) is not its currency: money is never converted.
-func account(ctx context.Context, tx pgx.Tx, id, currency, paymentIntent string) (db.Account, error) {
+func account(ctx context.Context, tx db.Tx, id, currency, paymentIntent string) (db.Account, error) {
 	acct, err := db.GetAccount(ctx, tx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		return db.Account{}, park(ReasonUnknownAccount, paymentIntent)
@@ -331,7 +324,7 @@ func account(ctx context.Context, tx pgx.Tx, id, currency, paymentIntent string)
 
 // post posts one entry and notes its key when it was new. A key already posted with other parameters
 // parks the event as dedupe_conflict: a bug or an attack, never a replay.
-func (p *Processor) post(ctx context.Context, tx pgx.Tx, out *outcome, posting db.Posting) (bool, error) {
+func (p *Processor) post(ctx context.Context, tx db.Tx, out *outcome, posting db.Posting) (bool, error) {
 	posted, err := p.Ledger.Post(ctx, tx, posting)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		return false, &parked{reason: ReasonDedupeConflict, paymentIntent: posting.PaymentIntent, cause: err}

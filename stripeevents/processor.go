@@ -10,12 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
 var (
@@ -85,11 +83,11 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	}
 	if ev.Type == "charge.refunded" {
 		// Its effects need the charge's refund list from Stripe; a redelivery needs none, and must stay
-		// a duplicate while Stripe is down. A committed row proves it; StripeEventInsert below still
+		// a duplicate while Stripe is down. A committed row proves it; db.RecordEvent below still
 		// decides for a delivery that arrives while the first is in flight.
-		recorded, err := dbsqlc.New(p.Pool).StripeEventExists(ctx, ev.ID)
+		recorded, err := db.EventRecorded(ctx, p.Pool, ev.ID)
 		if err != nil {
-			return Result{EventID: ev.ID, Type: ev.Type}, fmt.Errorf("look up event %s: %w", ev.ID, err)
+			return Result{EventID: ev.ID, Type: ev.Type}, err
 		}
 		if recorded {
 			return p.duplicate(ctx, ev), nil
@@ -103,22 +101,18 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		out       outcome
 		duplicate bool
 	)
-	err = db.InTx(ctx, p.Pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
+	err = db.InTx(ctx, p.Pool, func(tx db.Tx) error {
 		// Recorded first: a concurrent delivery of the same event waits here and then finds it.
 		// Recorded as applied to its payment: what most events turn out to be, so that only the others
 		// need their outcome written again below.
 		recorded := outcome{status: OutcomeApplied, paymentIntent: ev.paymentIntent()}
-		_, err := q.StripeEventInsert(ctx, dbsqlc.StripeEventInsertParams{
-			EventID: ev.ID, Type: ev.Type, ApiVersion: ev.APIVersion, Livemode: ev.Livemode,
-			Created: ev.createdAt(), Payload: raw, Outcome: recorded.status, PaymentIntent: nullable(recorded.paymentIntent),
+		var err error
+		duplicate, err = db.RecordEvent(ctx, tx, db.Event{
+			ID: ev.ID, Type: ev.Type, APIVersion: ev.APIVersion, Livemode: ev.Livemode,
+			Created: ev.createdAt(), Payload: raw, Outcome: recorded.status, PaymentIntent: recorded.paymentIntent,
 		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			duplicate = true
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("record event %s: %w", ev.ID, err)
+		if err != nil || duplicate {
+			return err
 		}
 		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
 			return err
@@ -126,7 +120,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		if out.status == recorded.status && out.reason == "" && (out.paymentIntent == "" || out.paymentIntent == recorded.paymentIntent) {
 			return nil
 		}
-		return setOutcome(ctx, q, ev.ID, out)
+		return setOutcome(ctx, tx, ev.ID, out)
 	})
 	if err != nil {
 		return Result{EventID: ev.ID, Type: ev.Type}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
@@ -148,12 +142,9 @@ func (p *Processor) duplicate(ctx context.Context, ev event) Result {
 // outcome. Every effect is keyed, so replaying an applied event posts nothing; replaying a parked one
 // after its cause was fixed applies it. A never-received event is db.ErrNotFound.
 func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) {
-	stored, err := dbsqlc.New(p.Pool).StripeEventGet(ctx, eventID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Result{EventID: eventID}, fmt.Errorf("stripe event %s: %w", eventID, db.ErrNotFound)
-	}
+	stored, err := db.GetEvent(ctx, p.Pool, eventID)
 	if err != nil {
-		return Result{EventID: eventID}, fmt.Errorf("read stripe event %s: %w", eventID, err)
+		return Result{EventID: eventID}, err
 	}
 	ev, err := parseEvent(stored.Payload)
 	if err != nil {
@@ -164,16 +155,15 @@ func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) 
 		return Result{EventID: eventID}, err
 	}
 	var out outcome
-	err = db.InTx(ctx, p.Pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
+	err = db.InTx(ctx, p.Pool, func(tx db.Tx) error {
 		// Locked so that a top-up un-parking this event at the same time skips it.
-		if _, err := q.StripeEventLock(ctx, eventID); err != nil {
-			return fmt.Errorf("lock stripe event %s: %w", eventID, err)
+		if err := db.LockEvent(ctx, tx, eventID); err != nil {
+			return err
 		}
 		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
 			return err
 		}
-		return setOutcome(ctx, q, ev.ID, out)
+		return setOutcome(ctx, tx, ev.ID, out)
 	})
 	if err != nil {
 		return Result{EventID: eventID}, fmt.Errorf("replay %s (%s): %w", ev.ID, ev.Type, err)
@@ -223,23 +213,23 @@ func park(reason, paymentIntent string) *parked {
 }
 
 // apply runs the event's effects in a savepoint of tx, holding the lock of the event's payment
-// (StripeEventsLockPayment) until tx ends: a refund or dispute and the top-up recording its payment are
+// (db.LockPayment) until tx ends: a refund or dispute and the top-up recording its payment are
 // serialised, so either the refund sees the paid order, or its parking commits before the top-up looks
 // for parked events. A parking effect rolls the savepoint back and yields a parked outcome; other
 // errors are returned for the caller to roll everything back.
 //
 // A dedupe conflict parks safely here: Ledger.Post detects it with a SELECT after an insert that did
 // nothing (ON CONFLICT DO NOTHING), so no statement failed and the transaction is still usable.
-func (p *Processor) apply(ctx context.Context, tx pgx.Tx, ev event, refunds refundLister) (outcome, error) {
+func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refundLister) (outcome, error) {
 	// Outside the savepoint: rolling a savepoint back releases the locks taken in it, and a parked
 	// event must keep its payment locked until its parking commits.
 	if paymentIntent := ev.paymentIntent(); paymentIntent != "" {
-		if err := dbsqlc.New(tx).StripeEventsLockPayment(ctx, paymentIntent); err != nil {
-			return outcome{}, fmt.Errorf("lock payment %s: %w", paymentIntent, err)
+		if err := db.LockPayment(ctx, tx, paymentIntent); err != nil {
+			return outcome{}, err
 		}
 	}
 	var out outcome
-	err := db.InTx(ctx, tx, func(sp pgx.Tx) error {
+	err := db.InTx(ctx, tx, func(sp db.Tx) error {
 		var err error
 		out, err = p.effects(ctx, sp, ev, refunds)
 		return err
@@ -254,25 +244,12 @@ func (p *Processor) apply(ctx context.Context, tx pgx.Tx, ev event, refunds refu
 	return out, err
 }
 
-func setOutcome(ctx context.Context, q *dbsqlc.Queries, eventID string, out outcome) error {
-	_, err := q.StripeEventSetOutcome(ctx, dbsqlc.StripeEventSetOutcomeParams{
-		EventID: eventID, Outcome: out.status, ParkedReason: nullable(out.reason), PaymentIntent: nullable(out.paymentIntent),
-	})
-	if err != nil {
-		return fmt.Errorf("record outcome of %s: %w", eventID, err)
-	}
-	return nil
+func setOutcome(ctx context.Context, tx db.Tx, eventID string, out outcome) error {
+	return db.SetEventOutcome(ctx, tx, eventID, out.status, out.reason, out.paymentIntent)
 }
 
 func (p *Processor) logOutcome(ctx context.Context, msg string, ev event, out outcome) {
 	p.Log.InfoContext(ctx, msg, "event", ev.ID, "type", ev.Type, "api_version", ev.APIVersion,
 		"outcome", out.status, "parked", out.reason, "payment_intent", out.paymentIntent,
 		"posted", out.posted, "unparked", out.unparked)
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

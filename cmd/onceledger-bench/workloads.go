@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,12 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
 const (
@@ -109,28 +106,21 @@ func (c *client) adjust(ctx context.Context, account, key string) error {
 // signature: the event row, the order's pending→paid transition and the credit, in one transaction.
 // A duplicate stops at the event's primary key, as the webhook does.
 func applyTopupDirect(ctx context.Context, pool *pgxpool.Pool, e topupEvent) error {
-	return db.InTx(ctx, pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		_, err := q.StripeEventInsert(ctx, dbsqlc.StripeEventInsertParams{
-			EventID: e.id, Type: "checkout.session.completed", ApiVersion: "2024-06-20", Created: time.Now(),
+	return db.InTx(ctx, pool, func(tx db.Tx) error {
+		duplicate, err := db.RecordEvent(ctx, tx, db.Event{
+			ID: e.id, Type: "checkout.session.completed", APIVersion: "2024-06-20", Created: time.Now(),
 			Payload: e.payload, Outcome: "applied",
 		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		if err != nil || duplicate {
 			return err
 		}
-		if err := q.TopupInsertForSession(ctx, dbsqlc.TopupInsertForSessionParams{
-			ID: "top_" + e.session, AccountID: e.account, SessionID: &e.session, Amount: topupAmount, Currency: "usd",
+		if err := db.InsertTopupForSession(ctx, tx, db.Topup{
+			ID: "top_" + e.session, AccountID: e.account, SessionID: e.session, Amount: topupAmount, Currency: "usd",
 		}); err != nil {
 			return err
 		}
-		order, err := q.TopupMarkPaid(ctx, dbsqlc.TopupMarkPaidParams{SessionID: &e.session, PaymentIntent: &e.paymentIntent, PaidEventID: &e.id})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		order, paid, err := db.MarkTopupPaid(ctx, tx, e.session, e.paymentIntent, e.id)
+		if err != nil || !paid {
 			return err
 		}
 		_, err = db.Ledger{}.Post(ctx, tx, db.Posting{
@@ -169,7 +159,7 @@ func pair(deliver func() error) ([]time.Duration, error) {
 
 // postOneTx is one posting in one transaction: what every posting costs without group commit.
 func postOneTx(ctx context.Context, pool *pgxpool.Pool, p db.Posting) error {
-	return db.InTx(ctx, pool, func(tx pgx.Tx) error {
+	return db.InTx(ctx, pool, func(tx db.Tx) error {
 		_, err := db.Ledger{}.Post(ctx, tx, p)
 		return err
 	})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbsqlc"
 )
 
 // review records that an operator looked at parked events, so that verify stops reporting them as
@@ -21,15 +20,14 @@ func review(ctx context.Context, e env, eventIDs []string) error {
 	}
 	defer pool.Close()
 
-	q := dbsqlc.New(pool)
 	var failed int
 	for _, id := range eventIDs {
-		n, err := q.StripeEventMarkReviewed(ctx, id)
+		reviewed, err := db.MarkReviewed(ctx, pool, id)
 		switch {
 		case err != nil:
 			failed++
-			fmt.Fprintf(e.stdout, "%s error: %v\n", id, db.MapError(err))
-		case n == 0:
+			fmt.Fprintf(e.stdout, "%s error: %v\n", id, err)
+		case !reviewed:
 			failed++
 			fmt.Fprintf(e.stdout, "%s is not a parked event\n", id)
 		default:

@@ -1,4 +1,4 @@
--- name: AccountInsert :one
+-- name: AccountsInsert :one
 -- Creates the account unless one with this id exists. Returns no row when it already existed:
 -- the primary key, not a prior read, decides which of several concurrent creations wins.
 INSERT INTO accounts (id, currency)
@@ -6,13 +6,13 @@ VALUES (@id, @currency)
 ON CONFLICT (id) DO NOTHING
 RETURNING id, currency, balance, created_at;
 
--- name: AccountGet :one
+-- name: AccountsGet :one
 -- Returns no row when the account does not exist.
 SELECT id, currency, balance, created_at
 FROM accounts
 WHERE id = @id;
 
--- name: AccountBalanceAdd :one
+-- name: AccountsBalanceAdd :one
 -- Moves the cached balance by amount, in the transaction that inserted the matching ledger entry.
 -- Returns no row when the account does not exist.
 UPDATE accounts
@@ -20,8 +20,8 @@ SET balance = balance + @amount
 WHERE id = @id
 RETURNING balance;
 
--- name: AccountBalanceAddNoOverdraw :one
--- Like AccountBalanceAdd, but refuses to take the balance below zero. The condition is evaluated on
+-- name: AccountsBalanceAddNoOverdraw :one
+-- Like AccountsBalanceAdd, but refuses to take the balance below zero. The condition is evaluated on
 -- the locked, current row (not on an earlier read), so concurrent debits can never overdraw together.
 -- Returns no row when the account does not exist or the balance would go below zero.
 UPDATE accounts
@@ -30,7 +30,7 @@ WHERE id = @id
   AND balance + @amount >= 0
 RETURNING balance;
 
--- name: AccountBalanceMismatches :many
+-- name: AccountsBalanceMismatches :many
 -- Accounts whose cached balance differs from the sum of their ledger entries (verify). Empty when the
 -- invariant holds.
 SELECT a.id, a.balance AS cached, coalesce(l.total, 0)::bigint AS ledger_sum
@@ -42,3 +42,25 @@ LEFT JOIN (
 ) l ON l.account_id = a.id
 WHERE a.balance <> coalesce(l.total, 0)
 ORDER BY a.id;
+
+-- name: AccountsLockForBilling :many
+-- Locks the existing accounts among ids, in id order, before the chunk inserts anything: two
+-- reconcilers (or any two billing transactions) take their account locks in the same order, so they
+-- queue instead of deadlocking. FOR NO KEY UPDATE is the lock the balance update takes anyway; it
+-- leaves other entries' foreign-key checks free. Accounts that do not exist are simply not returned.
+SELECT id
+FROM accounts
+WHERE id = ANY(@ids::text[])
+ORDER BY id
+FOR NO KEY UPDATE;
+
+-- name: AccountsLockForGroup :one
+-- Locks the account row of a posting group and returns its balance. The group decides which of its
+-- no-overdraw members fit against this balance, and nothing else can move it before the group commits.
+-- NO KEY UPDATE is the lock the balance update takes anyway: it leaves other transactions' foreign-key
+-- checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
+-- not exist.
+SELECT balance
+FROM accounts
+WHERE id = @id
+FOR NO KEY UPDATE;

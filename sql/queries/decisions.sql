@@ -15,3 +15,38 @@ RETURNING id;
 SELECT id, seq, account_id, cost, occurred_at, received_at
 FROM decisions
 WHERE id = ANY(@ids::text[]);
+
+-- name: DecisionsLastSeq :one
+-- The highest decision seq now visible: a pass stops there, so that a steady stream of new
+-- decisions cannot keep it running forever (the next pass picks them up).
+SELECT coalesce(max(seq), 0)::bigint AS last_seq
+FROM decisions;
+
+-- name: DecisionsChunkEnd :one
+-- The seq that ends the chunk of at most chunk_size decisions after after_seq (up to last_seq), and
+-- how many decisions it holds. Returns after_seq and 0 when there is none: the pass is over. Counting rows, not seq values, keeps
+-- chunks full across the gaps identity columns leave (rolled-back and duplicate intakes).
+SELECT coalesce(max(seq), @after_seq::bigint)::bigint AS upto_seq, count(*)::bigint AS decisions
+FROM (
+    SELECT seq
+    FROM decisions
+    WHERE seq > @after_seq::bigint
+      AND seq <= @last_seq::bigint
+    ORDER BY seq
+    LIMIT @chunk_size::int
+) chunk;
+
+-- name: DecisionsUnbilledByAccount :many
+-- Per account, the decisions of the chunk (after_seq, upto_seq] not billed yet: how many, and the
+-- lowest seq among them. Read-only; empty when the whole chunk was billed before, so re-reading a
+-- billed chunk writes nothing. An account named here may not exist yet: AccountsLockForBilling
+-- tells.
+SELECT d.account_id, count(*)::bigint AS decisions, min(d.seq)::bigint AS first_seq
+FROM decisions d
+WHERE d.seq > @after_seq::bigint
+  AND d.seq <= @upto_seq::bigint
+  -- One probe of ledger_dedupe_idx per decision. Written as a scalar subquery, not NOT EXISTS, so
+  -- that the planner cannot make it a hash anti-join that reads the whole ledger for every chunk.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
+GROUP BY d.account_id
+ORDER BY d.account_id;

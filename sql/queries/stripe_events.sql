@@ -1,4 +1,4 @@
--- name: StripeEventInsert :one
+-- name: StripeEventsInsert :one
 -- Records a verified event, in the transaction that applies it. Returns no row when the event id was
 -- already recorded (stripe_events_pkey): the event was processed, and nothing else must be done. A
 -- concurrent delivery of the same event waits here for the first transaction, then gets no row.
@@ -7,14 +7,14 @@ VALUES (@event_id, @type, @api_version, @livemode, @created, @payload, @outcome,
 ON CONFLICT (event_id) DO NOTHING
 RETURNING seq;
 
--- name: StripeEventSetOutcome :execrows
+-- name: StripeEventsSetOutcome :execrows
 -- Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).
 UPDATE stripe_events
 SET outcome = @outcome, parked_reason = sqlc.narg(parked_reason), payment_intent = coalesce(sqlc.narg(payment_intent), payment_intent),
     outcome_at = now()
 WHERE event_id = @event_id;
 
--- name: StripeEventGet :one
+-- name: StripeEventsGet :one
 -- Returns no row when the event was never received.
 SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
 FROM stripe_events
@@ -51,7 +51,7 @@ WHERE outcome = 'parked'
   AND received_at < @cutoff
 ORDER BY seq;
 
--- name: StripeEventLock :one
+-- name: StripeEventsLock :one
 -- Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
 -- event never re-apply it at once. Returns no row when the event was never received.
 SELECT event_id
@@ -66,7 +66,7 @@ FOR UPDATE;
 -- ids hash alike only wait for each other.
 SELECT pg_advisory_xact_lock(hashtextextended(@payment_intent::text, 0));
 
--- name: StripeEventMarkReviewed :execrows
+-- name: StripeEventsMarkReviewed :execrows
 -- Records that an operator looked at a parked event, so that verify stops reporting it as left
 -- unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
 -- when the event was never received or is not parked.
@@ -75,7 +75,7 @@ SET reviewed_at = now()
 WHERE event_id = @event_id
   AND outcome = 'parked';
 
--- name: StripeEventExists :one
+-- name: StripeEventsExists :one
 -- Whether the event was already recorded. A read before the transaction, to spare a redelivery work
--- it does not need (listing a charge's refunds from Stripe); StripeEventInsert, not this, decides.
+-- it does not need (listing a charge's refunds from Stripe); StripeEventsInsert, not this, decides.
 SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = @event_id) AS recorded;

@@ -48,7 +48,7 @@ type StripeEvent struct {
 	// Arrival order, for keyset pagination of the operator listing.
 	Seq        int64
 	Type       string
-	ApiVersion string
+	APIVersion string
 	Livemode   bool
 	Created    time.Time
 	Payload    []byte
@@ -71,9 +71,10 @@ type Topup struct {
 	PaymentIntent *string
 	Amount        int64
 	Currency      string
-	Status        string
-	CheckoutUrl   *string
-	PaidEventID   *string
-	CreatedAt     time.Time
-	PaidAt        *time.Time
+	// pending until the webhook's conditional UPDATE ... WHERE status = 'pending' makes it paid, at most once; only the transaction that made that transition posts the credit.
+	Status      string
+	CheckoutURL *string
+	PaidEventID *string
+	CreatedAt   time.Time
+	PaidAt      *time.Time
 }

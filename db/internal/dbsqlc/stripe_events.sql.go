@@ -10,34 +10,34 @@ import (
 	"time"
 )
 
-const stripeEventExists = `-- name: StripeEventExists :one
+const stripeEventsExists = `-- name: StripeEventsExists :one
 SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = $1) AS recorded
 `
 
 // Whether the event was already recorded. A read before the transaction, to spare a redelivery work
-// it does not need (listing a charge's refunds from Stripe); StripeEventInsert, not this, decides.
-func (q *Queries) StripeEventExists(ctx context.Context, eventID string) (bool, error) {
-	row := q.db.QueryRow(ctx, stripeEventExists, eventID)
+// it does not need (listing a charge's refunds from Stripe); StripeEventsInsert, not this, decides.
+func (q *Queries) StripeEventsExists(ctx context.Context, eventID string) (bool, error) {
+	row := q.db.QueryRow(ctx, stripeEventsExists, eventID)
 	var recorded bool
 	err := row.Scan(&recorded)
 	return recorded, err
 }
 
-const stripeEventGet = `-- name: StripeEventGet :one
+const stripeEventsGet = `-- name: StripeEventsGet :one
 SELECT event_id, seq, type, api_version, livemode, created, payload, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
 FROM stripe_events
 WHERE event_id = $1
 `
 
 // Returns no row when the event was never received.
-func (q *Queries) StripeEventGet(ctx context.Context, eventID string) (StripeEvent, error) {
-	row := q.db.QueryRow(ctx, stripeEventGet, eventID)
+func (q *Queries) StripeEventsGet(ctx context.Context, eventID string) (StripeEvent, error) {
+	row := q.db.QueryRow(ctx, stripeEventsGet, eventID)
 	var i StripeEvent
 	err := row.Scan(
 		&i.EventID,
 		&i.Seq,
 		&i.Type,
-		&i.ApiVersion,
+		&i.APIVersion,
 		&i.Livemode,
 		&i.Created,
 		&i.Payload,
@@ -51,17 +51,17 @@ func (q *Queries) StripeEventGet(ctx context.Context, eventID string) (StripeEve
 	return i, err
 }
 
-const stripeEventInsert = `-- name: StripeEventInsert :one
+const stripeEventsInsert = `-- name: StripeEventsInsert :one
 INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, parked_reason, payment_intent)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (event_id) DO NOTHING
 RETURNING seq
 `
 
-type StripeEventInsertParams struct {
+type StripeEventsInsertParams struct {
 	EventID       string
 	Type          string
-	ApiVersion    string
+	APIVersion    string
 	Livemode      bool
 	Created       time.Time
 	Payload       []byte
@@ -73,11 +73,11 @@ type StripeEventInsertParams struct {
 // Records a verified event, in the transaction that applies it. Returns no row when the event id was
 // already recorded (stripe_events_pkey): the event was processed, and nothing else must be done. A
 // concurrent delivery of the same event waits here for the first transaction, then gets no row.
-func (q *Queries) StripeEventInsert(ctx context.Context, arg StripeEventInsertParams) (int64, error) {
-	row := q.db.QueryRow(ctx, stripeEventInsert,
+func (q *Queries) StripeEventsInsert(ctx context.Context, arg StripeEventsInsertParams) (int64, error) {
+	row := q.db.QueryRow(ctx, stripeEventsInsert,
 		arg.EventID,
 		arg.Type,
-		arg.ApiVersion,
+		arg.APIVersion,
 		arg.Livemode,
 		arg.Created,
 		arg.Payload,
@@ -88,68 +88,6 @@ func (q *Queries) StripeEventInsert(ctx context.Context, arg StripeEventInsertPa
 	var seq int64
 	err := row.Scan(&seq)
 	return seq, err
-}
-
-const stripeEventLock = `-- name: StripeEventLock :one
-SELECT event_id
-FROM stripe_events
-WHERE event_id = $1
-FOR UPDATE
-`
-
-// Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
-// event never re-apply it at once. Returns no row when the event was never received.
-func (q *Queries) StripeEventLock(ctx context.Context, eventID string) (string, error) {
-	row := q.db.QueryRow(ctx, stripeEventLock, eventID)
-	var event_id string
-	err := row.Scan(&event_id)
-	return event_id, err
-}
-
-const stripeEventMarkReviewed = `-- name: StripeEventMarkReviewed :execrows
-UPDATE stripe_events
-SET reviewed_at = now()
-WHERE event_id = $1
-  AND outcome = 'parked'
-`
-
-// Records that an operator looked at a parked event, so that verify stops reporting it as left
-// unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
-// when the event was never received or is not parked.
-func (q *Queries) StripeEventMarkReviewed(ctx context.Context, eventID string) (int64, error) {
-	result, err := q.db.Exec(ctx, stripeEventMarkReviewed, eventID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const stripeEventSetOutcome = `-- name: StripeEventSetOutcome :execrows
-UPDATE stripe_events
-SET outcome = $1, parked_reason = $2, payment_intent = coalesce($3, payment_intent),
-    outcome_at = now()
-WHERE event_id = $4
-`
-
-type StripeEventSetOutcomeParams struct {
-	Outcome       string
-	ParkedReason  *string
-	PaymentIntent *string
-	EventID       string
-}
-
-// Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).
-func (q *Queries) StripeEventSetOutcome(ctx context.Context, arg StripeEventSetOutcomeParams) (int64, error) {
-	result, err := q.db.Exec(ctx, stripeEventSetOutcome,
-		arg.Outcome,
-		arg.ParkedReason,
-		arg.PaymentIntent,
-		arg.EventID,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const stripeEventsList = `-- name: StripeEventsList :many
@@ -171,7 +109,7 @@ type StripeEventsListRow struct {
 	EventID       string
 	Seq           int64
 	Type          string
-	ApiVersion    string
+	APIVersion    string
 	Livemode      bool
 	Created       time.Time
 	ReceivedAt    time.Time
@@ -197,7 +135,7 @@ func (q *Queries) StripeEventsList(ctx context.Context, arg StripeEventsListPara
 			&i.EventID,
 			&i.Seq,
 			&i.Type,
-			&i.ApiVersion,
+			&i.APIVersion,
 			&i.Livemode,
 			&i.Created,
 			&i.ReceivedAt,
@@ -217,6 +155,22 @@ func (q *Queries) StripeEventsList(ctx context.Context, arg StripeEventsListPara
 	return items, nil
 }
 
+const stripeEventsLock = `-- name: StripeEventsLock :one
+SELECT event_id
+FROM stripe_events
+WHERE event_id = $1
+FOR UPDATE
+`
+
+// Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
+// event never re-apply it at once. Returns no row when the event was never received.
+func (q *Queries) StripeEventsLock(ctx context.Context, eventID string) (string, error) {
+	row := q.db.QueryRow(ctx, stripeEventsLock, eventID)
+	var event_id string
+	err := row.Scan(&event_id)
+	return event_id, err
+}
+
 const stripeEventsLockPayment = `-- name: StripeEventsLockPayment :exec
 SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
 `
@@ -228,6 +182,24 @@ SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
 func (q *Queries) StripeEventsLockPayment(ctx context.Context, paymentIntent string) error {
 	_, err := q.db.Exec(ctx, stripeEventsLockPayment, paymentIntent)
 	return err
+}
+
+const stripeEventsMarkReviewed = `-- name: StripeEventsMarkReviewed :execrows
+UPDATE stripe_events
+SET reviewed_at = now()
+WHERE event_id = $1
+  AND outcome = 'parked'
+`
+
+// Records that an operator looked at a parked event, so that verify stops reporting it as left
+// unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
+// when the event was never received or is not parked.
+func (q *Queries) StripeEventsMarkReviewed(ctx context.Context, eventID string) (int64, error) {
+	result, err := q.db.Exec(ctx, stripeEventsMarkReviewed, eventID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
@@ -308,4 +280,32 @@ func (q *Queries) StripeEventsParkedUnreviewed(ctx context.Context, cutoff time.
 		return nil, err
 	}
 	return items, nil
+}
+
+const stripeEventsSetOutcome = `-- name: StripeEventsSetOutcome :execrows
+UPDATE stripe_events
+SET outcome = $1, parked_reason = $2, payment_intent = coalesce($3, payment_intent),
+    outcome_at = now()
+WHERE event_id = $4
+`
+
+type StripeEventsSetOutcomeParams struct {
+	Outcome       string
+	ParkedReason  *string
+	PaymentIntent *string
+	EventID       string
+}
+
+// Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).
+func (q *Queries) StripeEventsSetOutcome(ctx context.Context, arg StripeEventsSetOutcomeParams) (int64, error) {
+	result, err := q.db.Exec(ctx, stripeEventsSetOutcome,
+		arg.Outcome,
+		arg.ParkedReason,
+		arg.PaymentIntent,
+		arg.EventID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

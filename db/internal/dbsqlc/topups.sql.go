@@ -9,15 +9,15 @@ import (
 	"context"
 )
 
-const topupGet = `-- name: TopupGet :one
+const topupsGet = `-- name: TopupsGet :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
 FROM topups
 WHERE id = $1
 `
 
 // Returns no row when the order does not exist.
-func (q *Queries) TopupGet(ctx context.Context, id string) (Topup, error) {
-	row := q.db.QueryRow(ctx, topupGet, id)
+func (q *Queries) TopupsGet(ctx context.Context, id string) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsGet, id)
 	var i Topup
 	err := row.Scan(
 		&i.ID,
@@ -27,7 +27,7 @@ func (q *Queries) TopupGet(ctx context.Context, id string) (Topup, error) {
 		&i.Amount,
 		&i.Currency,
 		&i.Status,
-		&i.CheckoutUrl,
+		&i.CheckoutURL,
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
@@ -35,7 +35,7 @@ func (q *Queries) TopupGet(ctx context.Context, id string) (Topup, error) {
 	return i, err
 }
 
-const topupGetByPaymentIntent = `-- name: TopupGetByPaymentIntent :one
+const topupsGetByPaymentIntent = `-- name: TopupsGetByPaymentIntent :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
 FROM topups
 WHERE payment_intent = $1::text
@@ -43,8 +43,8 @@ WHERE payment_intent = $1::text
 
 // The paid order of a payment: how refunds and disputes, whose own metadata is empty, find their
 // account. Returns no row when the payment is not (yet) recorded.
-func (q *Queries) TopupGetByPaymentIntent(ctx context.Context, paymentIntent string) (Topup, error) {
-	row := q.db.QueryRow(ctx, topupGetByPaymentIntent, paymentIntent)
+func (q *Queries) TopupsGetByPaymentIntent(ctx context.Context, paymentIntent string) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsGetByPaymentIntent, paymentIntent)
 	var i Topup
 	err := row.Scan(
 		&i.ID,
@@ -54,7 +54,7 @@ func (q *Queries) TopupGetByPaymentIntent(ctx context.Context, paymentIntent str
 		&i.Amount,
 		&i.Currency,
 		&i.Status,
-		&i.CheckoutUrl,
+		&i.CheckoutURL,
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
@@ -62,15 +62,15 @@ func (q *Queries) TopupGetByPaymentIntent(ctx context.Context, paymentIntent str
 	return i, err
 }
 
-const topupGetBySession = `-- name: TopupGetBySession :one
+const topupsGetBySession = `-- name: TopupsGetBySession :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
 FROM topups
 WHERE session_id = $1
 `
 
 // Returns no row when the session has no order.
-func (q *Queries) TopupGetBySession(ctx context.Context, sessionID *string) (Topup, error) {
-	row := q.db.QueryRow(ctx, topupGetBySession, sessionID)
+func (q *Queries) TopupsGetBySession(ctx context.Context, sessionID *string) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsGetBySession, sessionID)
 	var i Topup
 	err := row.Scan(
 		&i.ID,
@@ -80,7 +80,7 @@ func (q *Queries) TopupGetBySession(ctx context.Context, sessionID *string) (Top
 		&i.Amount,
 		&i.Currency,
 		&i.Status,
-		&i.CheckoutUrl,
+		&i.CheckoutURL,
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
@@ -88,13 +88,13 @@ func (q *Queries) TopupGetBySession(ctx context.Context, sessionID *string) (Top
 	return i, err
 }
 
-const topupInsertForSession = `-- name: TopupInsertForSession :exec
+const topupsInsertForSession = `-- name: TopupsInsertForSession :exec
 INSERT INTO topups (id, account_id, session_id, amount, currency)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (session_id) DO NOTHING
 `
 
-type TopupInsertForSessionParams struct {
+type TopupsInsertForSessionParams struct {
 	ID        string
 	AccountID string
 	SessionID *string
@@ -104,8 +104,8 @@ type TopupInsertForSessionParams struct {
 
 // Records the order of a Checkout Session the webhook learns about first (a session not created
 // through the API). Does nothing when the session already has an order (topups_session_id_key).
-func (q *Queries) TopupInsertForSession(ctx context.Context, arg TopupInsertForSessionParams) error {
-	_, err := q.db.Exec(ctx, topupInsertForSession,
+func (q *Queries) TopupsInsertForSession(ctx context.Context, arg TopupsInsertForSessionParams) error {
+	_, err := q.db.Exec(ctx, topupsInsertForSession,
 		arg.ID,
 		arg.AccountID,
 		arg.SessionID,
@@ -115,13 +115,13 @@ func (q *Queries) TopupInsertForSession(ctx context.Context, arg TopupInsertForS
 	return err
 }
 
-const topupInsertPending = `-- name: TopupInsertPending :one
+const topupsInsertPending = `-- name: TopupsInsertPending :one
 INSERT INTO topups (id, account_id, amount, currency)
 VALUES ($1, $2, $3, $4)
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
 `
 
-type TopupInsertPendingParams struct {
+type TopupsInsertPendingParams struct {
 	ID        string
 	AccountID string
 	Amount    int64
@@ -130,8 +130,8 @@ type TopupInsertPendingParams struct {
 
 // Records a new pending order before its Checkout Session is created (the API). Fails with
 // topups_account_fk when the account does not exist.
-func (q *Queries) TopupInsertPending(ctx context.Context, arg TopupInsertPendingParams) (Topup, error) {
-	row := q.db.QueryRow(ctx, topupInsertPending,
+func (q *Queries) TopupsInsertPending(ctx context.Context, arg TopupsInsertPendingParams) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsInsertPending,
 		arg.ID,
 		arg.AccountID,
 		arg.Amount,
@@ -146,7 +146,7 @@ func (q *Queries) TopupInsertPending(ctx context.Context, arg TopupInsertPending
 		&i.Amount,
 		&i.Currency,
 		&i.Status,
-		&i.CheckoutUrl,
+		&i.CheckoutURL,
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
@@ -154,7 +154,7 @@ func (q *Queries) TopupInsertPending(ctx context.Context, arg TopupInsertPending
 	return i, err
 }
 
-const topupMarkPaid = `-- name: TopupMarkPaid :one
+const topupsMarkPaid = `-- name: TopupsMarkPaid :one
 UPDATE topups
 SET status = 'paid', payment_intent = $1, paid_event_id = $2, paid_at = now()
 WHERE session_id = $3
@@ -162,7 +162,7 @@ WHERE session_id = $3
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
 `
 
-type TopupMarkPaidParams struct {
+type TopupsMarkPaidParams struct {
 	PaymentIntent *string
 	PaidEventID   *string
 	SessionID     *string
@@ -172,8 +172,8 @@ type TopupMarkPaidParams struct {
 // order still pending gets a row back, and only that transaction posts the credit. Returns no row when
 // the session has no order or it was already paid. Fails with topups_payment_intent_key when the
 // payment already paid another order.
-func (q *Queries) TopupMarkPaid(ctx context.Context, arg TopupMarkPaidParams) (Topup, error) {
-	row := q.db.QueryRow(ctx, topupMarkPaid, arg.PaymentIntent, arg.PaidEventID, arg.SessionID)
+func (q *Queries) TopupsMarkPaid(ctx context.Context, arg TopupsMarkPaidParams) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsMarkPaid, arg.PaymentIntent, arg.PaidEventID, arg.SessionID)
 	var i Topup
 	err := row.Scan(
 		&i.ID,
@@ -183,7 +183,7 @@ func (q *Queries) TopupMarkPaid(ctx context.Context, arg TopupMarkPaidParams) (T
 		&i.Amount,
 		&i.Currency,
 		&i.Status,
-		&i.CheckoutUrl,
+		&i.CheckoutURL,
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
@@ -191,7 +191,7 @@ func (q *Queries) TopupMarkPaid(ctx context.Context, arg TopupMarkPaidParams) (T
 	return i, err
 }
 
-const topupSetSession = `-- name: TopupSetSession :one
+const topupsSetSession = `-- name: TopupsSetSession :one
 UPDATE topups
 SET session_id = $1, checkout_url = $2
 WHERE id = $3
@@ -199,16 +199,16 @@ WHERE id = $3
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
 `
 
-type TopupSetSessionParams struct {
+type TopupsSetSessionParams struct {
 	SessionID   *string
-	CheckoutUrl *string
+	CheckoutURL *string
 	ID          string
 }
 
 // Attaches the Checkout Session created for a pending order. Returns no row when the order does not
 // exist or already has a session.
-func (q *Queries) TopupSetSession(ctx context.Context, arg TopupSetSessionParams) (Topup, error) {
-	row := q.db.QueryRow(ctx, topupSetSession, arg.SessionID, arg.CheckoutUrl, arg.ID)
+func (q *Queries) TopupsSetSession(ctx context.Context, arg TopupsSetSessionParams) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsSetSession, arg.SessionID, arg.CheckoutURL, arg.ID)
 	var i Topup
 	err := row.Scan(
 		&i.ID,
@@ -218,7 +218,7 @@ func (q *Queries) TopupSetSession(ctx context.Context, arg TopupSetSessionParams
 		&i.Amount,
 		&i.Currency,
 		&i.Status,
-		&i.CheckoutUrl,
+		&i.CheckoutURL,
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,

@@ -1,0 +1,108 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
+)
+
+// Usage billing bills decisions as usage entries keyed decision:{id}, a chunk of decisions (by seq)
+// per transaction. ledger_dedupe_idx, not a flag on decisions, bills each decision at most once:
+// re-reading any window of decisions posts nothing.
+
+// LastDecisionSeq returns the highest decision seq now visible (0: none). A billing pass stops there,
+// so that a steady stream of new decisions cannot keep it running forever.
+func LastDecisionSeq(ctx context.Context, q Conn) (int64, error) {
+	seq, err := dbsqlc.New(q).DecisionsLastSeq(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read last decision seq: %w", MapError(err))
+	}
+	return seq, nil
+}
+
+// BilledChunk is what BillChunk did.
+type BilledChunk struct {
+	// UptoSeq ends the chunk (inclusive); it is the afterSeq asked for when no decision was left.
+	UptoSeq int64
+	// Read counts the decisions of the chunk, billed before or not.
+	Read int64
+	// Posted are the usage entries inserted, each with its account's balance after the chunk.
+	Posted []Posted
+	// Waiting are the accounts with decisions left unbilled because the account does not exist yet.
+	Waiting []WaitingAccount
+}
+
+// WaitingAccount counts the unbilled decisions of one chunk whose account does not exist yet.
+type WaitingAccount struct {
+	AccountID string
+	Decisions int64
+	FirstSeq  int64 // the lowest seq among them
+}
+
+// BillChunk bills, in one transaction on b, the chunk of at most size decisions after afterSeq (up to
+// lastSeq): the accounts with decisions still to bill are locked in id order (AccountsLockForBilling),
+// so that concurrent billing transactions queue instead of deadlocking; then one statement inserts
+// their usage entries and moves those balances (LedgerUsageInsertForDecisions), and OnPosted runs
+// with the new entries in the same transaction. A chunk billed before writes nothing.
+func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int64, size int) (BilledChunk, error) {
+	out := BilledChunk{UptoSeq: afterSeq}
+	err := InTx(ctx, b, func(tx Tx) error {
+		out = BilledChunk{UptoSeq: afterSeq}
+		q := dbsqlc.New(tx)
+		end, err := q.DecisionsChunkEnd(ctx, dbsqlc.DecisionsChunkEndParams{
+			AfterSeq: afterSeq, LastSeq: lastSeq, ChunkSize: int32(size),
+		})
+		if err != nil || end.Decisions == 0 {
+			return MapError(err)
+		}
+		out.UptoSeq, out.Read = end.UptoSeq, end.Decisions
+		unbilled, err := q.DecisionsUnbilledByAccount(ctx, dbsqlc.DecisionsUnbilledByAccountParams{AfterSeq: afterSeq, UptoSeq: out.UptoSeq})
+		if err != nil || len(unbilled) == 0 {
+			// Everything in the chunk was billed before: a re-read, and nothing to write.
+			return MapError(err)
+		}
+		ids := make([]string, len(unbilled))
+		for i, u := range unbilled {
+			ids[i] = u.AccountID
+		}
+		locked, err := q.AccountsLockForBilling(ctx, ids)
+		if err != nil {
+			return MapError(err)
+		}
+		exists := make(map[string]bool, len(locked))
+		for _, id := range locked {
+			exists[id] = true
+		}
+		for _, u := range unbilled {
+			if !exists[u.AccountID] {
+				out.Waiting = append(out.Waiting, WaitingAccount{AccountID: u.AccountID, Decisions: u.Decisions, FirstSeq: u.FirstSeq})
+			}
+		}
+		if len(locked) == 0 {
+			return nil
+		}
+		rows, err := q.LedgerUsageInsertForDecisions(ctx, dbsqlc.LedgerUsageInsertForDecisionsParams{
+			AfterSeq: afterSeq, UptoSeq: out.UptoSeq, AccountIDs: locked,
+		})
+		if err != nil {
+			return MapError(err)
+		}
+		out.Posted = make([]Posted, len(rows))
+		for i, r := range rows {
+			out.Posted[i] = Posted{
+				Entry: Entry{
+					ID: r.ID, AccountID: r.AccountID, Kind: KindUsage, Amount: r.Amount,
+					Description: r.Description, DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt,
+				},
+				Posted:  true,
+				Balance: r.Balance,
+			}
+		}
+		return l.Posted(ctx, tx, out.Posted)
+	})
+	if err != nil {
+		return BilledChunk{UptoSeq: afterSeq}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,85 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
+)
+
+// Decision is one billable decision as the product reports it.
+type Decision struct {
+	ID         string
+	AccountID  string
+	Cost       int64
+	OccurredAt time.Time
+}
+
+// DecisionsStored is the outcome of StoreDecisions, counted over the batch as offered.
+type DecisionsStored struct {
+	// Accepted counts the decisions this call stored.
+	Accepted int
+	// Duplicates counts the items whose id was stored before (or earlier in the batch) with the same
+	// account and cost.
+	Duplicates int
+	// Conflicts names, once each and in batch order, the ids stored with another account or cost.
+	Conflicts []string
+}
+
+// StoreDecisions stores a batch in one statement, idempotently by decision id (decisions_pkey): the
+// first occurrence of an id in the batch is the one offered, and an id already stored is left as it
+// was. It then reads back what is stored for every id to tell a duplicate (same account and cost)
+// from a conflict (another account or cost), which is reported and never overwritten.
+func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsStored, error) {
+	first := make(map[string]bool, len(batch))
+	var params dbsqlc.DecisionsInsertParams
+	for _, d := range batch {
+		if first[d.ID] {
+			continue
+		}
+		first[d.ID] = true
+		params.IDs = append(params.IDs, d.ID)
+		params.AccountIDs = append(params.AccountIDs, d.AccountID)
+		params.Costs = append(params.Costs, d.Cost)
+		params.OccurredAts = append(params.OccurredAts, d.OccurredAt)
+	}
+	queries := dbsqlc.New(q)
+	inserted, err := queries.DecisionsInsert(ctx, params)
+	if err != nil {
+		return DecisionsStored{}, fmt.Errorf("store %d decisions: %w", len(params.IDs), MapError(err))
+	}
+	// What is stored now, for every id: the inserted rows and those stored before this call.
+	rows, err := queries.DecisionsGet(ctx, params.IDs)
+	if err != nil {
+		return DecisionsStored{}, fmt.Errorf("read back %d decisions: %w", len(params.IDs), MapError(err))
+	}
+	stored := make(map[string]dbsqlc.Decision, len(rows))
+	for _, row := range rows {
+		stored[row.ID] = row
+	}
+	newlyStored := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		newlyStored[id] = true
+	}
+
+	out := DecisionsStored{Accepted: len(inserted), Conflicts: []string{}}
+	conflicted := map[string]bool{}
+	offered := map[string]bool{}
+	for _, d := range batch {
+		row := stored[d.ID]
+		switch {
+		case row.AccountID != d.AccountID || row.Cost != d.Cost:
+			if !conflicted[d.ID] {
+				conflicted[d.ID] = true
+				out.Conflicts = append(out.Conflicts, d.ID)
+			}
+		case newlyStored[d.ID] && !offered[d.ID]:
+			// Counted in Accepted.
+		default:
+			out.Duplicates++
+		}
+		offered[d.ID] = true
+	}
+	return out, nil
+}

@@ -1,0 +1,119 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
+)
+
+// Topup statuses, as topups_status_check knows them.
+const (
+	TopupPending = "pending"
+	TopupPaid    = "paid"
+)
+
+// Topup is one top-up order (a topups row). Empty strings mean none.
+type Topup struct {
+	ID            string
+	AccountID     string
+	SessionID     string
+	PaymentIntent string
+	Amount        int64
+	Currency      string
+	Status        string
+	CheckoutURL   string
+	PaidEventID   string
+	CreatedAt     time.Time
+	PaidAt        *time.Time // nil: not paid
+}
+
+func topupFromRow(r dbsqlc.Topup) Topup {
+	return Topup{
+		ID: r.ID, AccountID: r.AccountID, SessionID: deref(r.SessionID), PaymentIntent: deref(r.PaymentIntent),
+		Amount: r.Amount, Currency: r.Currency, Status: r.Status, CheckoutURL: deref(r.CheckoutURL),
+		PaidEventID: deref(r.PaidEventID), CreatedAt: r.CreatedAt, PaidAt: r.PaidAt,
+	}
+}
+
+// topupOrNotFound answers a query for one order: ErrNotFound when there is none.
+func topupOrNotFound(r dbsqlc.Topup, err error, what string) (Topup, error) {
+	if isNoRows(err) {
+		return Topup{}, fmt.Errorf("top-up of %s: %w", what, ErrNotFound)
+	}
+	if err != nil {
+		return Topup{}, fmt.Errorf("read top-up of %s: %w", what, MapError(err))
+	}
+	return topupFromRow(r), nil
+}
+
+// InsertPendingTopup records a new pending order (t.ID, AccountID, Amount, Currency) before its
+// Checkout Session is created. ErrAccountNotFound when the account does not exist (topups_account_fk).
+func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (Topup, error) {
+	r, err := dbsqlc.New(q).TopupsInsertPending(ctx, dbsqlc.TopupsInsertPendingParams{
+		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Currency: t.Currency,
+	})
+	if err != nil {
+		return Topup{}, fmt.Errorf("insert top-up for %s: %w", t.AccountID, MapError(err))
+	}
+	return topupFromRow(r), nil
+}
+
+// SetTopupSession attaches the Checkout Session created for a pending order. ErrNotFound when the
+// order does not exist or already has a session.
+func SetTopupSession(ctx context.Context, q Conn, id, sessionID, checkoutURL string) (Topup, error) {
+	r, err := dbsqlc.New(q).TopupsSetSession(ctx, dbsqlc.TopupsSetSessionParams{
+		ID: id, SessionID: &sessionID, CheckoutURL: &checkoutURL,
+	})
+	return topupOrNotFound(r, err, "order "+id+" without a session")
+}
+
+// GetTopup returns the order, or ErrNotFound.
+func GetTopup(ctx context.Context, q Conn, id string) (Topup, error) {
+	r, err := dbsqlc.New(q).TopupsGet(ctx, id)
+	return topupOrNotFound(r, err, "id "+id)
+}
+
+// TopupBySession returns the order of a Checkout Session, or ErrNotFound when it has none.
+func TopupBySession(ctx context.Context, q Conn, sessionID string) (Topup, error) {
+	r, err := dbsqlc.New(q).TopupsGetBySession(ctx, &sessionID)
+	return topupOrNotFound(r, err, "session "+sessionID)
+}
+
+// TopupByPaymentIntent returns the paid order of a payment: how refunds and disputes, whose own
+// metadata is empty, find their account. ErrNotFound when the payment is not (yet) recorded.
+func TopupByPaymentIntent(ctx context.Context, q Conn, paymentIntent string) (Topup, error) {
+	r, err := dbsqlc.New(q).TopupsGetByPaymentIntent(ctx, paymentIntent)
+	return topupOrNotFound(r, err, "payment "+paymentIntent)
+}
+
+// InsertTopupForSession records the order (t.ID, AccountID, SessionID, Amount, Currency) of a Checkout
+// Session the webhook learns about first. Does nothing when the session already has an order
+// (topups_session_id_key).
+func InsertTopupForSession(ctx context.Context, q Conn, t Topup) error {
+	err := dbsqlc.New(q).TopupsInsertForSession(ctx, dbsqlc.TopupsInsertForSessionParams{
+		ID: t.ID, AccountID: t.AccountID, SessionID: &t.SessionID, Amount: t.Amount, Currency: t.Currency,
+	})
+	if err != nil {
+		return fmt.Errorf("record order of session %s: %w", t.SessionID, MapError(err))
+	}
+	return nil
+}
+
+// MarkTopupPaid moves the session's order from pending to paid, at most once: paid is true only for
+// the call that made the transition, and only that call may post the credit. paid is false when the
+// session has no order or it was paid before. ErrDedupeConflict when the payment already paid another
+// order (topups_payment_intent_key).
+func MarkTopupPaid(ctx context.Context, q Conn, sessionID, paymentIntent, eventID string) (order Topup, paid bool, err error) {
+	r, err := dbsqlc.New(q).TopupsMarkPaid(ctx, dbsqlc.TopupsMarkPaidParams{
+		SessionID: &sessionID, PaymentIntent: nullable(paymentIntent), PaidEventID: &eventID,
+	})
+	if isNoRows(err) {
+		return Topup{}, false, nil
+	}
+	if err != nil {
+		return Topup{}, false, fmt.Errorf("mark order of session %s paid: %w", sessionID, MapError(err))
+	}
+	return topupFromRow(r), true, nil
+}
