@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,18 +33,21 @@ var (
 	ErrTransient = errors.New("database temporarily unavailable")
 )
 
-// constraintErrors maps a named schema object to the sentinel its violation means.
-var constraintErrors = map[string]error{
-	"ledger_account_fk":      ErrAccountNotFound,
-	"topups_account_fk":      ErrAccountNotFound,
-	"ledger_kind_sign_check": ErrInvalidAmount,
+// constraintErrors maps a named schema object, by table and name, to the sentinel its violation means.
+var constraintErrors = map[[2]string]error{
+	{"ledger", "ledger_account_fk"}:      ErrAccountNotFound,
+	{"topups", "topups_account_fk"}:      ErrAccountNotFound,
+	{"ledger", "ledger_kind_sign_check"}: ErrInvalidAmount,
+	// Raised by ledger_refuse_change, the function behind triggers ledger_append_only and ledger_no_truncate.
+	{"ledger", "ledger_append_only"}: ErrAppendOnly,
 	// A payment already paid another order: crediting it again would count one payment twice.
-	"topups_payment_intent_key": ErrDedupeConflict,
+	{"topups", "topups_payment_intent_key"}: ErrDedupeConflict,
 }
 
-// MapError turns a PostgreSQL error into a sentinel, by SQLSTATE and constraint name, keeping the
-// original in the chain for logs. Errors it does not recognise pass through unchanged. Packages that
-// run generated queries themselves (inside db.InTx) pass their errors through it.
+// MapError turns a PostgreSQL error into a sentinel, by SQLSTATE, table and constraint name, keeping the
+// original in the chain for logs. Errors it does not recognise pass through unchanged. Every
+// operation of this package passes its errors through it; callers need it only for what they run
+// themselves, such as a commit failing.
 func MapError(err error) error {
 	if err == nil {
 		return nil
@@ -53,13 +55,10 @@ func MapError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case pgerrcode.ForeignKeyViolation, pgerrcode.CheckViolation, pgerrcode.UniqueViolation:
-			if sentinel, ok := constraintErrors[pgErr.ConstraintName]; ok {
+		case pgerrcode.ForeignKeyViolation, pgerrcode.CheckViolation, pgerrcode.UniqueViolation,
+			pgerrcode.RestrictViolation:
+			if sentinel, ok := constraintErrors[[2]string{pgErr.TableName, pgErr.ConstraintName}]; ok {
 				return fmt.Errorf("%w: %w", sentinel, err)
-			}
-		case pgerrcode.RestrictViolation:
-			if strings.Contains(pgErr.Where, "ledger_refuse_change") {
-				return fmt.Errorf("%w: %w", ErrAppendOnly, err)
 			}
 		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected,
 			pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
