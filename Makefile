@@ -55,7 +55,7 @@ bench: build ## the server next to direct-SQL baselines (one table), then every 
 	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
 	go test -count=1 -run '^$$' -bench . -skip '^BenchmarkBilling$$' $(if $(QUICK),-benchtime=1x) ./...
 
-generate: $(SQLC) ## regenerate db/dbsqlc from sql/ (never edit it by hand)
+generate: $(SQLC) ## regenerate db/internal/dbsqlc from sql/ (never edit it by hand)
 	$(SQLC) generate
 
 lint: ## go vet and gofmt
