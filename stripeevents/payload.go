@@ -29,6 +29,9 @@ type event struct {
 
 func (e event) createdAt() time.Time { return time.Unix(e.Created, 0).UTC() }
 
+// maxCreated is the last second of the year 9999, the latest created parseEvent accepts.
+const maxCreated = 253402300799
+
 // parseEvent reads the envelope; every error wraps ErrInvalidEvent.
 func parseEvent(raw []byte) (event, error) {
 	var ev event
@@ -37,6 +40,10 @@ func parseEvent(raw []byte) (event, error) {
 	}
 	if !strings.HasPrefix(ev.ID, "evt_") || ev.Type == "" || len(ev.Data.Object) == 0 {
 		return event{}, fmt.Errorf("%w: an event needs an evt_ id, a type and data.object", ErrInvalidEvent)
+	}
+	if ev.Created < 0 || ev.Created > maxCreated {
+		// Stored as a timestamptz: a time PostgreSQL cannot hold would fail the insert, not the body.
+		return event{}, fmt.Errorf("%w: created %d is not a Unix time up to the year 9999", ErrInvalidEvent, ev.Created)
 	}
 	if err := storable(raw); err != nil {
 		return event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
