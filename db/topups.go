@@ -8,12 +8,6 @@ import (
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
-// Topup statuses, as topups_status_check knows them.
-const (
-	TopupPending = "pending"
-	TopupPaid    = "paid"
-)
-
 // Topup is one top-up order (a topups row). Empty strings mean none.
 type Topup struct {
 	ID            string
