@@ -127,20 +127,24 @@ func TestDisputeReversalNeedsIDAndAmount(t *testing.T) {
 func TestStorable(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name string
-		raw  string
-		ok   bool
+		name, raw string
+		ok        bool
 	}{
+		// Stored as they are.
 		{"plain", `{"a":"b"}`, true},
 		{"UTF-8 text", `{"a":"café ✓ 😀"}`, true},
+
 		{"escaped letter", `{"a":"\u0041"}`, true},
 		{"surrogate pair", `{"a":"\ud83d\ude00"}`, true},
 		{"escaped backslash before u0000", `{"a":"\\u0000"}`, true},
 		{"other escapes", `{"a":"\n\t\"\/"}`, true},
+
+		// Refused.
 		{"not UTF-8", "{\"a\":\"\xff\xfe\"}", false},
 		{"NUL escape", `{"a":"x\u0000y"}`, false},
 		{"lone high surrogate", `{"a":"\ud83d"}`, false},
 		{"lone low surrogate", `{"a":"\ude00"}`, false},
+
 		{"high surrogate then a letter", `{"a":"\ud83dx"}`, false},
 		{"high surrogate then another escape", `{"a":"\ud83d\n"}`, false},
 		{"high surrogate then a non-surrogate escape", `{"a":"\ud83d\u0041"}`, false},

@@ -121,22 +121,24 @@ func (d *demoRun) run(ctx context.Context) error {
 		return err
 	}
 
-	d.title("Chargeback on payment B (charge.dispute.created, needs_response): funds withdrawn")
-	if err := d.webhook(ctx, d.event("evt_demo_dispute_1_created", "charge.dispute.created", demoAPIVersion, d.dispute("dp_demo_1", b, 500, "needs_response")), 700); err != nil {
-		return err
-	}
-	d.title("The chargeback is lost (charge.dispute.closed, lost): already withdrawn, nothing more moves")
-	if err := d.webhook(ctx, d.event("evt_demo_dispute_1_lost", "charge.dispute.closed", demoAPIVersion, d.dispute("dp_demo_1", b, 500, "lost")), 700); err != nil {
-		return err
-	}
-
-	d.title("Chargeback on payment A (charge.dispute.created, needs_response): funds withdrawn")
-	if err := d.webhook(ctx, d.event("evt_demo_dispute_2_created", "charge.dispute.created", demoAPIVersion, d.dispute("dp_demo_2", a, 400, "needs_response")), 300); err != nil {
-		return err
-	}
-	d.title("The chargeback is won (charge.dispute.closed, won): funds reinstated")
-	if err := d.webhook(ctx, d.event("evt_demo_dispute_2_won", "charge.dispute.closed", demoAPIVersion, d.dispute("dp_demo_2", a, 400, "won")), 700); err != nil {
-		return err
+	for _, step := range []struct {
+		title, eventID, eventType string
+		object                    map[string]any
+		want                      int64
+	}{
+		{"Chargeback on payment B (charge.dispute.created, needs_response): funds withdrawn",
+			"evt_demo_dispute_1_created", "charge.dispute.created", d.dispute("dp_demo_1", b, 500, "needs_response"), 700},
+		{"The chargeback is lost (charge.dispute.closed, lost): already withdrawn, nothing more moves",
+			"evt_demo_dispute_1_lost", "charge.dispute.closed", d.dispute("dp_demo_1", b, 500, "lost"), 700},
+		{"Chargeback on payment A (charge.dispute.created, needs_response): funds withdrawn",
+			"evt_demo_dispute_2_created", "charge.dispute.created", d.dispute("dp_demo_2", a, 400, "needs_response"), 300},
+		{"The chargeback is won (charge.dispute.closed, won): funds reinstated",
+			"evt_demo_dispute_2_won", "charge.dispute.closed", d.dispute("dp_demo_2", a, 400, "won"), 700},
+	} {
+		d.title(step.title)
+		if err := d.webhook(ctx, d.event(step.eventID, step.eventType, demoAPIVersion, step.object), step.want); err != nil {
+			return err
+		}
 	}
 
 	d.title("The product reports three billable decisions (POST /v1/decisions), then sends the batch again")

@@ -6,21 +6,27 @@ import (
 	"testing"
 
 	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/internal/stripefake"
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
+// start returns a stand-in, stopped when the test ends, and the service's own Stripe client for it.
+func start(t *testing.T) (*stripefake.Server, *client.API) {
+	standIn := stripefake.New()
+	t.Cleanup(standIn.Close)
+	return standIn, stripeevents.NewStripeClient(stripefake.SecretKey, standIn.URL)
+}
+
 // The stand-in answers the way stripe-go reads Stripe: a charge's refunds, all pages of them, and a
 // failure as a *stripe.Error with its status.
 func TestStandInListsRefundsForStripeGo(t *testing.T) {
 	t.Parallel()
-	standIn := stripefake.New()
-	t.Cleanup(standIn.Close)
+	standIn, sc := start(t)
 	standIn.SetRefunds("ch_t",
 		map[string]any{"id": "re_1", "object": "refund", "amount": 300, "status": "succeeded", "payment_intent": "pi_t"},
 		map[string]any{"id": "re_2", "object": "refund", "amount": 200, "status": "failed", "payment_intent": "pi_t"})
-	sc := stripeevents.NewStripeClient(stripefake.SecretKey, standIn.URL)
 
 	var got []string
 	it := sc.Refunds.List(&stripe.RefundListParams{Charge: stripe.String("ch_t")})
@@ -50,9 +56,7 @@ func TestStandInListsRefundsForStripeGo(t *testing.T) {
 // A Checkout Session is created from the form stripe-go sends, and recorded.
 func TestStandInCreatesCheckoutSessions(t *testing.T) {
 	t.Parallel()
-	standIn := stripefake.New()
-	t.Cleanup(standIn.Close)
-	sc := stripeevents.NewStripeClient(stripefake.SecretKey, standIn.URL)
+	standIn, sc := start(t)
 	params := &stripe.CheckoutSessionParams{Mode: stripe.String("payment"), ClientReferenceID: stripe.String("acct_1")}
 	params.AddMetadata("account_id", "acct_1")
 	s, err := sc.CheckoutSessions.New(params)
