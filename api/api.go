@@ -7,13 +7,15 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/metrics"
+	"github.com/onceledger/onceledger/stripeevents"
 )
 
-// Deps is what the handlers need; the binary builds it once.
+// Deps is what the handlers need; the binary builds each of them once and hands them in.
 type Deps struct {
 	Pool   *pgxpool.Pool
 	Log    *slog.Logger
@@ -23,18 +25,18 @@ type Deps struct {
 	// Metrics is exported at /metrics; a fresh set when nil.
 	Metrics *metrics.Metrics
 	// Poster posts operator adjustments with group commit through Ledger, so that a hot account takes
-	// many concurrent postings per transaction; each caller still gets its own posting's answer. One
-	// over Pool and Ledger when nil.
+	// many concurrent postings per transaction; each caller still gets its own posting's answer.
 	Poster *db.Poster
+	// Stripe creates the top-ups' Checkout Sessions; nil when no key is configured (top-ups answer 503).
+	Stripe *client.API
+	// Events applies every verified webhook delivery: the processor replay and the reconciler use too.
+	Events *stripeevents.Processor
 }
 
 // NewHandler returns the whole HTTP surface.
 func NewHandler(d Deps) http.Handler {
 	if d.Metrics == nil {
 		d.Metrics = metrics.New()
-	}
-	if d.Poster == nil {
-		d.Poster = db.NewPoster(d.Pool, d.Ledger, db.PosterOptions{})
 	}
 	return routes(d)
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/stripeapi"
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
@@ -35,6 +34,9 @@ func badRequest(code, message string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: code, Message: message}
 }
 
+// errStripeNotConfigured: STRIPE_SECRET_KEY is unset, so no Checkout Session can be created.
+var errStripeNotConfigured = errors.New("stripe API not configured: set STRIPE_SECRET_KEY")
+
 // errorTable is the one mapping from a domain error to its HTTP status and code. Errors not listed
 // are unexpected: 500, logged with their detail, answered without it.
 var errorTable = []struct {
@@ -51,7 +53,7 @@ var errorTable = []struct {
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
-	{stripeapi.ErrNotConfigured, http.StatusServiceUnavailable, "stripe_not_configured"},
+	{errStripeNotConfigured, http.StatusServiceUnavailable, "stripe_not_configured"},
 }
 
 // handle adapts a handler that returns its error to http.Handler, answering the error through the

@@ -25,7 +25,7 @@ func FuzzWebhookBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	// No Stripe key: charge.refunded without a refund list parks instead of calling out.
-	handler := api.NewHandler(api.Deps{Pool: pool, Log: discardLog(), Config: config.Config{WebhookSecrets: []string{testSecret}}})
+	handler := api.NewHandler(api.WiredDeps(pool, config.Config{WebhookSecrets: []string{testSecret}}, discardLog(), db.Ledger{}))
 	rows := func(t *testing.T) int {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM stripe_events) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM topups)`).Scan(&n)

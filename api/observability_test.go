@@ -116,10 +116,10 @@ func TestWebhookLogsEventAndDedupeKeys(t *testing.T) {
 	pool := dbtest.New(t)
 	var logs logBuffer
 	m := metrics.New()
-	srv := httptest.NewServer(api.NewHandler(api.Deps{
-		Pool: pool, Log: slog.New(slog.NewJSONHandler(&logs, nil)), Metrics: m,
-		Config: config.Config{WebhookSecrets: []string{testSecret}}, Ledger: db.Ledger{Observe: m.ObservePosting},
-	}))
+	deps := api.WiredDeps(pool, config.Config{WebhookSecrets: []string{testSecret}},
+		slog.New(slog.NewJSONHandler(&logs, nil)), db.Ledger{Observe: m.ObservePosting})
+	deps.Metrics = m
+	srv := httptest.NewServer(api.NewHandler(deps))
 	t.Cleanup(srv.Close)
 	s := &webhookServer{t: t, pool: pool, url: srv.URL, metrics: m}
 	s.createAccount("acct_1", "gbp")

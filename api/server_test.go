@@ -42,7 +42,7 @@ func newServer(t *testing.T, configure ...func(*config.Config)) *server {
 		c(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ts := httptest.NewServer(NewHandler(Deps{Pool: pool, Log: log, Config: cfg}))
+	ts := httptest.NewServer(NewHandler(WiredDeps(pool, cfg, log, db.Ledger{})))
 	t.Cleanup(ts.Close)
 	return &server{t: t, url: ts.URL, pool: pool}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/stripeapi"
 )
 
 type topupJSON struct {
@@ -51,10 +50,10 @@ func handlePostTopup(d Deps) http.Handler {
 		SuccessURL *string `json:"success_url"`
 		CancelURL  *string `json:"cancel_url"`
 	}
-	sc := stripeapi.New(d.Config)
+	sc := d.Stripe
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
 		if sc == nil {
-			return stripeapi.ErrNotConfigured
+			return errStripeNotConfigured
 		}
 		var req request
 		id, err := decodeAccountRequest(w, r, &req)

@@ -2,65 +2,32 @@ package api
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/stripe/stripe-go/v79/webhook"
-
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/stripefake"
 )
 
-// fakeStripe is a loopback stand-in for Stripe's POST /v1/checkout/sessions: it records each request's
-// form and the top-up row as it stood when Stripe was called.
-type fakeStripe struct {
-	url    string
-	status int // answer with this error status instead of a session, when non-zero
-
-	mu       sync.Mutex
-	requests []url.Values
-	rowSeen  []string // status of the top-up row at the time of the call; "" when there was none
-}
-
-func newFakeStripe(t *testing.T, s func() *server) *fakeStripe {
-	f := &fakeStripe{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/checkout/sessions" {
-			http.NotFound(w, r)
-			return
+// newStripeStandIn starts the Stripe stand-in for the server s returns; seen receives, for each
+// Checkout Session request, the status of the top-up row it names as it stood when Stripe was called
+// ("" when there was none).
+func newStripeStandIn(t *testing.T, s func() *server) (stripe *stripefake.Server, seen <-chan string) {
+	rowSeen := make(chan string, 16)
+	stripe = stripefake.New()
+	t.Cleanup(stripe.Close)
+	stripe.OnCheckoutSession = func(form url.Values) {
+		var status string
+		if row, err := db.GetTopup(context.Background(), s().pool, form.Get("metadata[topup_id]")); err == nil {
+			status = row.Status
 		}
-		if err := r.ParseForm(); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		row, err := db.GetTopup(context.Background(), s().pool, r.PostForm.Get("metadata[topup_id]"))
-		f.mu.Lock()
-		f.requests = append(f.requests, r.PostForm)
-		if err == nil {
-			f.rowSeen = append(f.rowSeen, row.Status)
-		} else {
-			f.rowSeen = append(f.rowSeen, "")
-		}
-		status := f.status
-		n := len(f.requests)
-		f.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		if status != 0 {
-			w.WriteHeader(status)
-			fmt.Fprint(w, `{"error":{"type":"invalid_request_error","message":"Amount must be at least 50 cents"}}`)
-			return
-		}
-		fmt.Fprintf(w, `{"id":"cs_test_%d","object":"checkout.session","mode":"payment","url":"https://checkout.stripe.com/c/pay/cs_test_%d"}`, n, n)
-	}))
-	t.Cleanup(ts.Close)
-	f.url = ts.URL
-	return f
+		rowSeen <- status
+	}
+	return stripe, rowSeen
 }
 
 func withStripe(base string) func(*config.Config) {
@@ -73,8 +40,8 @@ func withStripe(base string) func(*config.Config) {
 func TestTopupCreatesCheckoutSessionForAPendingOrder(t *testing.T) {
 	t.Parallel()
 	var s *server
-	stripe := newFakeStripe(t, func() *server { return s })
-	s = newServer(t, withStripe(stripe.url))
+	stripe, rowSeen := newStripeStandIn(t, func() *server { return s })
+	s = newServer(t, withStripe(stripe.URL))
 	s.createAccount("acct_t", "eur", 0)
 
 	got := s.call(http.MethodPost, "/v1/accounts/acct_t/topups", map[string]any{
@@ -87,10 +54,11 @@ func TestTopupCreatesCheckoutSessionForAPendingOrder(t *testing.T) {
 		t.Fatalf("top-up: %s", got.Body)
 	}
 
-	if len(stripe.requests) != 1 {
-		t.Fatalf("%d Checkout Session requests, want 1", len(stripe.requests))
+	requests := stripe.Sessions()
+	if len(requests) != 1 {
+		t.Fatalf("%d Checkout Session requests, want 1", len(requests))
 	}
-	form := stripe.requests[0]
+	form := requests[0]
 	for field, want := range map[string]string{
 		"mode":                                   "payment",
 		"metadata[account_id]":                   "acct_t",
@@ -106,8 +74,8 @@ func TestTopupCreatesCheckoutSessionForAPendingOrder(t *testing.T) {
 			t.Errorf("Checkout Session %s = %q, want %q", field, form.Get(field), want)
 		}
 	}
-	if stripe.rowSeen[0] != "pending" {
-		t.Fatalf("when Stripe was called the top-up row was %q, want pending (written first)", stripe.rowSeen[0])
+	if seen := <-rowSeen; seen != "pending" {
+		t.Fatalf("when Stripe was called the top-up row was %q, want pending (written first)", seen)
 	}
 
 	row, err := db.GetTopup(t.Context(), s.pool, id)
@@ -132,8 +100,8 @@ func TestTopupCreatesCheckoutSessionForAPendingOrder(t *testing.T) {
 func TestTopupRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	var s *server
-	stripe := newFakeStripe(t, func() *server { return s })
-	s = newServer(t, withStripe(stripe.url))
+	stripe, _ := newStripeStandIn(t, func() *server { return s })
+	s = newServer(t, withStripe(stripe.URL))
 	s.createAccount("acct_tb", "usd", 0)
 	ok := "https://example.com/ok"
 	cases := []struct {
@@ -160,8 +128,8 @@ func TestTopupRefusesBadInput(t *testing.T) {
 			s.in(t).call(http.MethodPost, "/v1/accounts/"+c.account+"/topups", c.body).want(t, c.status, c.code)
 		})
 	}
-	if n := s.count(`SELECT count(*) FROM topups`); n != 0 || len(stripe.requests) != 0 {
-		t.Fatalf("bad input wrote %d top-ups and called Stripe %d times", n, len(stripe.requests))
+	if n := s.count(`SELECT count(*) FROM topups`); n != 0 || stripe.Calls() != 0 {
+		t.Fatalf("bad input wrote %d top-ups and called Stripe %d times", n, stripe.Calls())
 	}
 }
 
@@ -183,9 +151,9 @@ func TestTopupWhenStripeIsMissingOrFailing(t *testing.T) {
 	unreachable.call(http.MethodPost, "/v1/accounts/acct_s/topups", body).want(t, http.StatusServiceUnavailable, "stripe_unavailable")
 
 	var s *server
-	refusing := newFakeStripe(t, func() *server { return s })
-	refusing.status = http.StatusBadRequest
-	s = newServer(t, withStripe(refusing.url))
+	refusing, _ := newStripeStandIn(t, func() *server { return s })
+	refusing.FailWith(http.StatusBadRequest)
+	s = newServer(t, withStripe(refusing.URL))
 	s.createAccount("acct_s", "usd", 0)
 	s.call(http.MethodPost, "/v1/accounts/acct_s/topups", map[string]any{"amount": 1, "success_url": "https://example.com/ok"}).
 		want(t, http.StatusUnprocessableEntity, "stripe_rejected")
@@ -198,15 +166,8 @@ func TestTopupWhenStripeIsMissingOrFailing(t *testing.T) {
 // signedEvent returns a Stripe event of eventType around object, and its Stripe-Signature header.
 func signedEvent(t *testing.T, secret, id, eventType string, object map[string]any) (string, string) {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{
-		"id": id, "object": "event", "type": eventType, "api_version": "2024-06-20", "livemode": false,
-		"created": time.Now().Unix(), "data": map[string]any{"object": object},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: time.Now()})
-	return string(body), signed.Header
+	body := stripefake.Event(id, eventType, "2024-06-20", object)
+	return string(body), stripefake.Sign(body, secret, time.Now())
 }
 
 // The whole path of a top-up: the API creates the pending order and its Checkout Session; Stripe's
@@ -216,8 +177,8 @@ func TestTopupPaidByWebhookCreditsOnce(t *testing.T) {
 	t.Parallel()
 	const secret = "whsec_test_topups"
 	var s *server
-	stripe := newFakeStripe(t, func() *server { return s })
-	s = newServer(t, withStripe(stripe.url), func(c *config.Config) { c.WebhookSecrets = []string{secret} })
+	stripe, _ := newStripeStandIn(t, func() *server { return s })
+	s = newServer(t, withStripe(stripe.URL), func(c *config.Config) { c.WebhookSecrets = []string{secret} })
 	s.createAccount("acct_pay", "eur", 0)
 
 	created := s.call(http.MethodPost, "/v1/accounts/acct_pay/topups", map[string]any{

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/stripe/stripe-go/v79/webhook"
 
-	"github.com/onceledger/onceledger/stripeapi"
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
@@ -31,7 +31,6 @@ type webhookResponse struct {
 // one transaction (stripeevents). A parked event is still a 200, so Stripe stops retrying; a transient
 // failure is a 503 with nothing written, so Stripe retries.
 func handleStripeWebhook(d Deps) http.Handler {
-	processor := &stripeevents.Processor{Pool: d.Pool, Ledger: d.Ledger, Stripe: stripeapi.New(d.Config), Log: d.Log}
 	secrets := d.Config.WebhookSecrets
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(secrets) == 0 {
@@ -53,9 +52,9 @@ func handleStripeWebhook(d Deps) http.Handler {
 			writeError(w, r, d.Log, err)
 			return
 		}
-		res, err := processor.Process(r.Context(), body)
+		res, err := d.Events.Process(r.Context(), body)
 		outcome, reason := deliveryOutcome(res, err)
-		d.Metrics.WebhookDeliveries.WithLabelValues(or(res.Type, "unknown"), outcome, reason).Inc()
+		d.Metrics.WebhookDeliveries.WithLabelValues(cmp.Or(res.Type, "unknown"), outcome, reason).Inc()
 		if err != nil {
 			writeError(w, r, d.Log, err)
 			return
@@ -81,13 +80,6 @@ func deliveryOutcome(res stripeevents.Result, err error) (outcome, reason string
 	default:
 		return res.Outcome, res.Parked
 	}
-}
-
-func or(v, fallback string) string {
-	if v == "" {
-		return fallback
-	}
-	return v
 }
 
 // verifyStripeSignature accepts the body when it is signed, within 300 s, by any of the secrets (several

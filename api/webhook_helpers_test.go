@@ -10,17 +10,16 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/stripefake"
 	"github.com/onceledger/onceledger/metrics"
 )
 
@@ -34,7 +33,7 @@ type webhookServer struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	url     string
-	stripe  *fakeStripe
+	stripe  *stripefake.Server
 	metrics *metrics.Metrics
 }
 
@@ -49,15 +48,16 @@ func withSecrets(secrets ...string) serverOption {
 func newWebhookServer(t *testing.T, opts ...serverOption) *webhookServer {
 	t.Helper()
 	pool := dbtest.New(t)
-	stripe := newFakeStripe(t)
-	cfg := config.Config{WebhookSecrets: []string{testSecret}, StripeSecretKey: "sk_test_fake", StripeAPIBase: stripe.url}
+	stripe := stripefake.New()
+	t.Cleanup(stripe.Close)
+	cfg := config.Config{WebhookSecrets: []string{testSecret}, StripeSecretKey: stripefake.SecretKey, StripeAPIBase: stripe.URL}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	m := metrics.New()
-	srv := httptest.NewServer(api.NewHandler(api.Deps{
-		Pool: pool, Log: discardLog(), Config: cfg, Metrics: m, Ledger: db.Ledger{Observe: m.ObservePosting},
-	}))
+	deps := api.WiredDeps(pool, cfg, discardLog(), db.Ledger{Observe: m.ObservePosting})
+	deps.Metrics = m
+	srv := httptest.NewServer(api.NewHandler(deps))
 	t.Cleanup(srv.Close)
 	return &webhookServer{t: t, pool: pool, url: srv.URL, stripe: stripe, metrics: m}
 }
@@ -113,9 +113,8 @@ func (s *webhookServer) deliver(body []byte) webhookReply {
 	return reply
 }
 
-func sign(body []byte, secret string, at time.Time) string {
-	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at}).Header
-}
+// sign is the Stripe-Signature header of body signed with secret at a time.
+var sign = stripefake.Sign
 
 func (s *webhookServer) createAccount(id, currency string) {
 	s.t.Helper()
@@ -187,17 +186,8 @@ func (s *webhookServer) eventOutcome(eventID string) (outcome, reason string) {
 
 type obj = map[string]any
 
-func eventJSON(id, eventType, version string, object obj) []byte {
-	body, err := json.Marshal(obj{
-		"id": id, "object": "event", "api_version": version, "created": time.Now().Unix(),
-		"livemode": false, "pending_webhooks": 1, "type": eventType,
-		"data": obj{"object": object}, "request": obj{"id": nil, "idempotency_key": nil},
-	})
-	if err != nil {
-		panic(err)
-	}
-	return body
-}
+// eventJSON is a Stripe event around an object, at an API version.
+var eventJSON = stripefake.Event
 
 func sessionObject(sessionID, paymentIntent, account string, amount int64) obj {
 	return obj{
@@ -239,63 +229,4 @@ func disputeEvent(eventType, eventID, disputeID, paymentIntent string, amount in
 		"reason": "fraudulent", "balance_transactions": []obj{},
 		"payment_method_details": obj{"type": "card", "card": obj{"brand": "visa", "case_type": caseType}},
 	})
-}
-
-// fakeStripe answers GET /v1/refunds?charge=… from the refunds set per charge, one per page so that
-// the client's auto-pagination is exercised.
-type fakeStripe struct {
-	url string
-
-	mu      sync.Mutex
-	refunds map[string][]obj
-	failing bool
-	calls   int
-}
-
-func newFakeStripe(t *testing.T) *fakeStripe {
-	f := &fakeStripe{refunds: map[string][]obj{}}
-	srv := httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(srv.Close)
-	f.url = srv.URL
-	return f
-}
-
-func (f *fakeStripe) setRefunds(charge string, refunds ...obj) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.refunds[charge] = refunds
-}
-
-func (f *fakeStripe) setFailing(failing bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failing = failing
-}
-
-func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	w.Header().Set("Content-Type", "application/json")
-	if f.failing {
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write([]byte(`{"error":{"type":"api_error","message":"try again"}}`))
-		return
-	}
-	if r.Method != http.MethodGet || r.URL.Path != "/v1/refunds" || r.URL.Query().Get("charge") == "" {
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","message":"unknown route"}}`))
-		return
-	}
-	all := f.refunds[r.URL.Query().Get("charge")]
-	start := 0
-	if after := r.URL.Query().Get("starting_after"); after != "" {
-		for i, refund := range all {
-			if refund["id"] == after {
-				start = i + 1
-			}
-		}
-	}
-	page := all[start:min(start+1, len(all))]
-	_ = json.NewEncoder(w).Encode(obj{"object": "list", "url": "/v1/refunds", "data": page, "has_more": start+1 < len(all)})
 }

@@ -79,11 +79,11 @@ func TestWebhookChargeRefundedReversesEachRefundOnce(t *testing.T) {
 
 	first := refundObject("re_a", "ch_pi_1", "pi_1", 500, "succeeded")
 	second := refundObject("re_b", "ch_pi_1", "pi_1", 500, "succeeded")
-	s.stripe.setRefunds("ch_pi_1", first)
+	s.stripe.SetRefunds("ch_pi_1", first)
 	if r := s.deliver(chargeRefundedEvent("evt_refunded_1", "pi_1", 1000, 500)); r.Reversed != 1 {
 		t.Fatalf("first charge.refunded reversed %d, want 1", r.Reversed)
 	}
-	s.stripe.setRefunds("ch_pi_1", first, second)
+	s.stripe.SetRefunds("ch_pi_1", first, second)
 	if r := s.deliver(chargeRefundedEvent("evt_refunded_2", "pi_1", 1000, 1000)); r.Reversed != 1 {
 		t.Fatalf("second charge.refunded reversed %d, want 1 (only the new refund)", r.Reversed)
 	}
@@ -141,7 +141,7 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 		s.createAccount("acct_1", "gbp")
 		s.deliver(topupEvent("evt_topup", "cs_1", "pi_1", "acct_1", 1000))
 		before := s.rowsWritten()
-		s.stripe.setFailing(true)
+		s.stripe.FailWith(http.StatusInternalServerError)
 		body := chargeRefundedEvent("evt_refunded", "pi_1", 1000, 500)
 		if r := s.post(body, sign(body, testSecret, time.Now())); r.status != http.StatusServiceUnavailable {
 			t.Fatalf("answered %d %s, want 503", r.status, r.raw)
@@ -149,8 +149,8 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 		if got := s.rowsWritten(); got != before {
 			t.Fatalf("%d rows written by a failed delivery", got-before)
 		}
-		s.stripe.setFailing(false)
-		s.stripe.setRefunds("ch_pi_1", refundObject("re_a", "ch_pi_1", "pi_1", 500, "succeeded"))
+		s.stripe.FailWith(0)
+		s.stripe.SetRefunds("ch_pi_1", refundObject("re_a", "ch_pi_1", "pi_1", 500, "succeeded"))
 		if r := s.deliver(body); r.Reversed != 1 {
 			t.Fatalf("retry reversed %d, want 1", r.Reversed)
 		}
@@ -158,7 +158,7 @@ func TestWebhookChargeRefundedWithoutRefundList(t *testing.T) {
 
 		// Stripe down again: a redelivery of the applied event is still a plain duplicate, since it
 		// needs no refund list.
-		s.stripe.setFailing(true)
+		s.stripe.FailWith(http.StatusInternalServerError)
 		if r := s.deliver(body); !r.Duplicate {
 			t.Fatalf("redelivery while Stripe is down answered %+v, want duplicate", r)
 		}
@@ -354,7 +354,7 @@ func TestWebhookOrderIndependence(t *testing.T) {
 	for i := range perms {
 		pi := fmt.Sprintf("pi_%d", i)
 		s.createAccount(fmt.Sprintf("acct_%d", i), "gbp")
-		s.stripe.setRefunds("ch_"+pi,
+		s.stripe.SetRefunds("ch_"+pi,
 			refundObject("re_a_"+pi, "ch_"+pi, pi, 2000, "succeeded"),
 			refundObject("re_b_"+pi, "ch_"+pi, pi, 3000, "succeeded"),
 			refundObject("re_c_"+pi, "ch_"+pi, pi, 1000, "failed"),

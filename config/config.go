@@ -3,6 +3,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -83,11 +84,9 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
+// or is v without surrounding blanks, or fallback when that is empty.
 func or(v, fallback string) string {
-	if v = strings.TrimSpace(v); v == "" {
-		return fallback
-	}
-	return v
+	return cmp.Or(strings.TrimSpace(v), fallback)
 }
 
 // list splits a comma-separated value, dropping blanks.

@@ -17,23 +17,18 @@ import (
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/stripeevents"
 )
-
-// EventProcessor applies one Stripe event given its raw JSON: the same code path as the webhook, after
-// signature verification. duplicate is true when the event had already been processed (nothing was
-// done). A parked event is a success, not an error.
-type EventProcessor interface {
-	Process(ctx context.Context, rawEvent []byte) (duplicate bool, err error)
-}
 
 // Deps are what the reconciler works with.
 type Deps struct {
 	Pool *pgxpool.Pool
 	// Ledger's OnPosted hook receives every usage entry billing inserts, in the chunk's transaction.
 	Ledger db.Ledger
-	// Stripe and Events enable missed-event recovery; with either nil, recovery is skipped.
+	// Stripe and Events enable missed-event recovery; with either nil, recovery is skipped. Events is
+	// the webhook's own processor, so a recovered event is applied exactly as its delivery would be.
 	Stripe *client.API
-	Events EventProcessor
+	Events *stripeevents.Processor
 	// Metrics may be nil: the counts are then not exported.
 	Metrics *Metrics
 }
@@ -60,7 +55,7 @@ type Reconciler struct {
 	pool          *pgxpool.Pool
 	ledger        db.Ledger
 	stripe        *client.API
-	events        EventProcessor
+	events        *stripeevents.Processor
 	metrics       *Metrics
 	chunkSize     int
 	lookback      time.Duration

@@ -70,11 +70,13 @@ func (r *Reconciler) Recover(ctx context.Context) (RecoveryReport, error) {
 }
 
 // process hands one listed event to the processor as JSON. A listed event carries no raw response of
-// its own; stripe.Event marshals back to the fields the webhook reads (data.object stays raw).
+// its own; stripe.Event marshals back to the fields the webhook reads (data.object stays raw). A
+// duplicate is an event the webhook (or an earlier pass) already applied; a parked one is a success.
 func (r *Reconciler) process(ctx context.Context, event *stripe.Event) (duplicate bool, err error) {
 	raw, err := json.Marshal(event)
 	if err != nil {
 		return false, fmt.Errorf("encode event: %w", err)
 	}
-	return r.events.Process(ctx, raw)
+	res, err := r.events.Process(ctx, raw)
+	return res.Duplicate, err
 }

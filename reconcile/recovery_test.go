@@ -2,94 +2,49 @@ package reconcile_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"sync"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/stripe/stripe-go/v79"
 
-	"github.com/onceledger/onceledger/config"
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/stripefake"
 	"github.com/onceledger/onceledger/reconcile"
-	"github.com/onceledger/onceledger/stripeapi"
+	"github.com/onceledger/onceledger/stripeevents"
 )
 
-// recordingProcessor stands in for the webhook's code path at the database level: it records the
-// event in stripe_events in its own transaction, where the primary key makes a second delivery a
-// duplicate, exactly as the webhook does before applying any effect.
-type recordingProcessor struct{ pool *pgxpool.Pool }
-
-func (p recordingProcessor) Process(ctx context.Context, raw []byte) (duplicate bool, err error) {
-	var event stripe.Event
-	if err := json.Unmarshal(raw, &event); err != nil {
-		return false, err
-	}
-	return db.RecordEvent(ctx, p.pool, db.Event{
-		ID: event.ID, Type: string(event.Type), APIVersion: event.APIVersion, Livemode: event.Livemode,
-		Created: time.Unix(event.Created, 0), Payload: raw, Outcome: "applied",
-	})
-}
-
-func eventJSON(id string, created time.Time) string {
-	return fmt.Sprintf(`{"id":%q,"object":"event","type":"checkout.session.completed","api_version":"2024-06-20",
+func eventJSON(id string, created time.Time) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"object":"event","type":"checkout.session.completed","api_version":"2024-06-20",
 		"created":%d,"livemode":false,"pending_webhooks":1,
 		"data":{"object":{"id":"cs_%s","object":"checkout.session","payment_status":"paid","amount_total":500}}}`,
 		id, created.Unix(), id)
-}
-
-// fakeStripe lists evt_1 and evt_2 on a first page and evt_3 on a second, and records the queries
-// it was asked.
-type fakeStripe struct {
-	mu      sync.Mutex
-	queries []url.Values
-}
-
-func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet || r.URL.Path != "/v1/events" {
-		http.Error(w, `{"error":{"message":"unexpected call"}}`, http.StatusNotFound)
-		return
-	}
-	f.mu.Lock()
-	f.queries = append(f.queries, r.URL.Query())
-	f.mu.Unlock()
-	now := time.Now()
-	page := fmt.Sprintf(`{"object":"list","url":"/v1/events","has_more":true,"data":[%s,%s]}`,
-		eventJSON("evt_1", now), eventJSON("evt_2", now.Add(-time.Hour)))
-	if r.URL.Query().Get("starting_after") == "evt_2" {
-		page = fmt.Sprintf(`{"object":"list","url":"/v1/events","has_more":false,"data":[%s]}`,
-			eventJSON("evt_3", now.Add(-2*time.Hour)))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprint(w, page)
 }
 
 func TestRecoveryAppliesMissedEventsOnceAndSkipsProcessedOnes(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	stripeServer := &fakeStripe{}
-	srv := httptest.NewServer(stripeServer)
-	t.Cleanup(srv.Close)
+	now := time.Now()
+	stripeAPI := stripefake.New()
+	t.Cleanup(stripeAPI.Close)
+	stripeAPI.SetEvents(eventJSON("evt_1", now), eventJSON("evt_2", now.Add(-time.Hour)), eventJSON("evt_3", now.Add(-2*time.Hour)))
+	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL)
 
-	events := recordingProcessor{pool: pool}
+	// The webhook's own processor: the sessions name no account, so each event is parked, once.
+	events := &stripeevents.Processor{Pool: pool, Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	// The webhook already processed evt_2.
-	if dup, err := events.Process(ctx, []byte(eventJSON("evt_2", time.Now()))); err != nil || dup {
-		t.Fatalf("webhook delivery of evt_2: duplicate=%v %v", dup, err)
+	if res, err := events.Process(ctx, eventJSON("evt_2", now)); err != nil || res.Duplicate {
+		t.Fatalf("webhook delivery of evt_2: %+v %v", res, err)
 	}
 
 	reg := prometheus.NewRegistry()
 	metrics := reconcile.NewMetrics(reg)
 	r := reconcile.New(reconcile.Deps{
 		Pool:    pool,
-		Stripe:  stripeapi.New(config.Config{StripeSecretKey: "sk_test_reconcile", StripeAPIBase: srv.URL}),
+		Stripe:  stripe,
 		Events:  events,
 		Metrics: metrics,
 	}, reconcile.Options{Lookback: 48 * time.Hour})
@@ -115,13 +70,13 @@ func TestRecoveryAppliesMissedEventsOnceAndSkipsProcessedOnes(t *testing.T) {
 		t.Fatalf("second pass: %+v %v", again, err)
 	}
 
-	stripeServer.mu.Lock()
-	defer stripeServer.mu.Unlock()
-	first := stripeServer.queries[0]
+	// One event per page: three pages per pass.
+	queries := stripeAPI.EventQueries()
+	first := queries[0]
 	wantSince := time.Now().Add(-48 * time.Hour).Unix()
 	if first.Get("delivery_success") != "false" || len(first["types[]"])+len(first["types[0]"]) == 0 ||
-		first.Get("created[gte]") == "" || len(stripeServer.queries) != 4 {
-		t.Fatalf("listing queries: %v", stripeServer.queries)
+		first.Get("created[gte]") == "" || len(queries) != 6 {
+		t.Fatalf("listing queries: %v", queries)
 	}
 	var since int64
 	fmt.Sscan(first.Get("created[gte]"), &since)
@@ -132,7 +87,7 @@ func TestRecoveryAppliesMissedEventsOnceAndSkipsProcessedOnes(t *testing.T) {
 
 func TestRecoveryIsSkippedWithoutAStripeKey(t *testing.T) {
 	t.Parallel()
-	r := reconcile.New(reconcile.Deps{Stripe: stripeapi.New(config.Config{})}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Stripe: stripeevents.NewStripeClient("", "")}, reconcile.Options{})
 	rep, err := r.Recover(context.Background())
 	if err != nil || rep.Skipped == "" || rep.Listed != 0 {
 		t.Fatalf("report %+v %v; want skipped", rep, err)

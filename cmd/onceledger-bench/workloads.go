@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,9 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/stripefake"
 )
 
 const (
@@ -39,15 +38,11 @@ func newTopupEvent(run string, i, accounts int) topupEvent {
 		paymentIntent: "pi_bench_" + run + "_" + strconv.Itoa(i),
 		account:       accountID(i % accounts),
 	}
-	e.payload, _ = json.Marshal(map[string]any{
-		"id": e.id, "object": "event", "api_version": "2024-06-20", "created": time.Now().Unix(),
-		"livemode": false, "type": "checkout.session.completed", "pending_webhooks": 1,
-		"data": map[string]any{"object": map[string]any{
-			"id": e.session, "object": "checkout.session", "mode": "payment", "status": "complete",
-			"payment_status": "paid", "amount_total": topupAmount, "amount_subtotal": topupAmount, "currency": "usd",
-			"payment_intent": e.paymentIntent, "client_reference_id": nil,
-			"metadata": map[string]string{"account_id": e.account},
-		}},
+	e.payload = stripefake.Event(e.id, "checkout.session.completed", "2024-06-20", map[string]any{
+		"id": e.session, "object": "checkout.session", "mode": "payment", "status": "complete",
+		"payment_status": "paid", "amount_total": topupAmount, "amount_subtotal": topupAmount, "currency": "usd",
+		"payment_intent": e.paymentIntent, "client_reference_id": nil,
+		"metadata": map[string]string{"account_id": e.account},
 	})
 	return e
 }
@@ -88,8 +83,7 @@ func (c *client) do(ctx context.Context, method, path string, header http.Header
 
 // deliver sends the event as Stripe does: signed, to the webhook.
 func (c *client) deliver(ctx context.Context, e topupEvent) error {
-	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: e.payload, Secret: webhookSecret})
-	header := http.Header{"Content-Type": {"application/json"}, "Stripe-Signature": {signed.Header}}
+	header := http.Header{"Content-Type": {"application/json"}, "Stripe-Signature": {stripefake.Sign(e.payload, webhookSecret, time.Now())}}
 	return c.do(ctx, http.MethodPost, "/webhooks/stripe", header, e.payload, http.StatusOK)
 }
 

@@ -9,12 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/reconcile"
-	"github.com/onceledger/onceledger/stripeapi"
-	"github.com/onceledger/onceledger/stripeevents"
 )
 
 // reconcileCmd is `onceledger reconcile [--once]`: one pass, or a pass every RECONCILE_INTERVAL until
@@ -27,13 +22,13 @@ func reconcileCmd(ctx context.Context, e env, args []string) error {
 	if err := flags.Parse(args); err != nil || flags.NArg() > 0 {
 		return fmt.Errorf("%w: reconcile [--once] [--progress-every N]", errUsage)
 	}
-	pool, ledger, err := e.openLedger(ctx)
+	w, err := e.wire(ctx, false, nil)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer w.close()
 
-	r := newReconciler(e, pool, ledger, nil, reconcile.Options{
+	r := newReconciler(e, w, nil, reconcile.Options{
 		ProgressEvery: *progressEvery,
 		Progress: func(rep reconcile.BillReport) {
 			fmt.Fprintf(e.stdout, "… read %d decisions up to seq %d, billed %d (%.0f decisions/s)\n",
@@ -57,10 +52,10 @@ func reconcileCmd(ctx context.Context, e env, args []string) error {
 
 // startReconciler runs the reconciler every RECONCILE_INTERVAL in serve's background. The returned
 // stop cancels it and waits for the pass in flight, so that it ends before the pool closes.
-func startReconciler(ctx context.Context, e env, pool *pgxpool.Pool, ledger db.Ledger, m *reconcile.Metrics) (stop func()) {
+func startReconciler(ctx context.Context, e env, w *wiring, m *reconcile.Metrics) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	r := newReconciler(e, pool, ledger, m, reconcile.Options{})
+	r := newReconciler(e, w, m, reconcile.Options{})
 	go func() {
 		defer close(done)
 		r.Run(ctx, e.cfg.ReconcileInterval, func(rep reconcile.Report, err error) { logReport(e.log, rep, err) })
@@ -71,23 +66,12 @@ func startReconciler(ctx context.Context, e env, pool *pgxpool.Pool, ledger db.L
 	}
 }
 
-// newReconciler wires the reconciler to the configuration: billing posts through ledger, and missed
-// events go through the webhook's own code path (stripeevents), so a recovered event is applied
-// exactly as its delivery would have been.
-func newReconciler(e env, pool *pgxpool.Pool, ledger db.Ledger, m *reconcile.Metrics, opts reconcile.Options) *reconcile.Reconciler {
+// newReconciler hands the reconciler what w built: billing posts through its ledger, and missed
+// events go through the webhook's own processor, so a recovered event is applied exactly as its
+// delivery would have been.
+func newReconciler(e env, w *wiring, m *reconcile.Metrics, opts reconcile.Options) *reconcile.Reconciler {
 	opts.Lookback = e.cfg.ReconcileLookback
-	stripe := stripeapi.New(e.cfg)
-	events := webhookPath{&stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Log: e.log}}
-	return reconcile.New(reconcile.Deps{Pool: pool, Ledger: ledger, Stripe: stripe, Events: events, Metrics: m}, opts)
-}
-
-// webhookPath feeds a recovered event to the webhook's processor; a duplicate is an event the webhook
-// already applied.
-type webhookPath struct{ p *stripeevents.Processor }
-
-func (w webhookPath) Process(ctx context.Context, raw []byte) (duplicate bool, err error) {
-	res, err := w.p.Process(ctx, raw)
-	return res.Duplicate, err
+	return reconcile.New(reconcile.Deps{Pool: w.pool, Ledger: w.ledger, Stripe: w.stripe, Events: w.events, Metrics: m}, opts)
 }
 
 func perSecond(rep reconcile.BillReport) float64 {

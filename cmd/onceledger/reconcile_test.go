@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/stripefake"
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
@@ -114,32 +113,30 @@ func TestReconcileRecoversMissedEventsThroughTheWebhookPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := databaseWithAccount(t, "acct_missed")
-	event := func(n int) string {
-		return fmt.Sprintf(`{"id":"evt_missed_%d","object":"event","type":"checkout.session.completed",
+	event := func(n int) []byte {
+		return fmt.Appendf(nil, `{"id":"evt_missed_%d","object":"event","type":"checkout.session.completed",
 			"api_version":"2024-06-20","created":%d,"livemode":false,"pending_webhooks":1,
 			"data":{"object":{"id":"cs_missed_%d","object":"checkout.session","payment_status":"paid",
 			"amount_total":%d,"currency":"usd","payment_intent":"pi_missed_%d","metadata":{"account_id":"acct_missed"}}}}`,
 			n, time.Now().Add(-time.Duration(n)*time.Hour).Unix(), n, n*100, n)
 	}
-	stripeAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/events" || r.URL.Query().Get("delivery_success") != "false" {
-			http.Error(w, `{"error":{"message":"unexpected call"}}`, http.StatusNotFound)
-			return
-		}
-		fmt.Fprintf(w, `{"object":"list","url":"/v1/events","has_more":false,"data":[%s,%s,%s]}`, event(1), event(2), event(3))
-	}))
+	stripeAPI := stripefake.New()
 	t.Cleanup(stripeAPI.Close)
+	stripeAPI.SetEvents(event(1), event(2), event(3))
 
 	// Event 2 reached the webhook after all.
 	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if res, err := processor.Process(ctx, []byte(event(2))); err != nil || !res.Credited {
+	if res, err := processor.Process(ctx, event(2)); err != nil || !res.Credited {
 		t.Fatalf("webhook delivery of event 2: %+v, %v", res, err)
 	}
 
-	vars := getenvFrom(map[string]string{"DATABASE_URL": url, "STRIPE_SECRET_KEY": "sk_test_recover", "STRIPE_API_BASE": stripeAPI.URL})
+	vars := getenvFrom(map[string]string{"DATABASE_URL": url, "STRIPE_SECRET_KEY": stripefake.SecretKey, "STRIPE_API_BASE": stripeAPI.URL})
 	stdout := &output{}
 	if err := run(ctx, []string{"reconcile", "--once"}, vars, stdout, &output{}); err != nil {
 		t.Fatalf("reconcile --once: %v\n%s", err, stdout)
+	}
+	if q := stripeAPI.EventQueries(); len(q) == 0 || q[0].Get("delivery_success") != "false" {
+		t.Fatalf("Stripe was asked %v, want the events whose delivery failed", q)
 	}
 	var balance, topups int64
 	if err := pool.QueryRow(ctx, `SELECT balance, (SELECT count(*) FROM ledger WHERE kind = 'topup') FROM accounts WHERE id = 'acct_missed'`).Scan(&balance, &topups); err != nil {

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-
-	"github.com/onceledger/onceledger/stripeapi"
-	"github.com/onceledger/onceledger/stripeevents"
 )
 
 // replay re-applies stored Stripe events through the webhook's own code path (parked ones after their
@@ -15,16 +12,15 @@ func replay(ctx context.Context, e env, eventIDs []string) error {
 	if len(eventIDs) == 0 {
 		return fmt.Errorf("replay needs at least one event id: %w", errUsage)
 	}
-	pool, ledger, err := e.openLedger(ctx)
+	w, err := e.wire(ctx, false, nil)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer w.close()
 
-	processor := &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripeapi.New(e.cfg), Log: e.log}
 	var failed int
 	for _, id := range eventIDs {
-		res, err := processor.Replay(ctx, id)
+		res, err := w.events.Replay(ctx, id)
 		if err != nil {
 			failed++
 			fmt.Fprintf(e.stdout, "%s error: %v\n", id, err)

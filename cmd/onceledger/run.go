@@ -28,7 +28,7 @@ commands:
   verify                check every ledger invariant; non-zero exit on any violation
   review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
   replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
-  demo                  run the server on a scratch database and show every guarantee at work
+  demo [--url URL]      show every guarantee at work: on a scratch server, or driving the one at URL
   version               print the binary's version and schema version
 
 configuration is read from the environment: see README.md`
@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "replay":
 		return replay(ctx, e, rest)
 	case "demo":
-		return demo(ctx, e, getenv)
+		return demo(ctx, e, rest, getenv)
 	case "version":
 		latest, err := db.LatestMigration()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
+	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/metrics"
 	"github.com/onceledger/onceledger/reconcile"
 )
@@ -17,21 +18,17 @@ import (
 // when NOTIFY_URL is set, until ctx is cancelled (SIGINT/SIGTERM); then it drains in-flight requests,
 // stops the reconciler and the worker, and closes the pool last.
 func serve(ctx context.Context, e env) error {
-	pool, err := e.openPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	ledger, stopNotifications, err := startNotifications(ctx, e, pool)
-	if err != nil {
-		return err
-	}
-	defer stopNotifications() // after the HTTP server drained, before the pool closes
-
 	m := metrics.New()
-	m.WatchPool(pool)
-	ledger.Observe = m.ObservePosting
-	deps := api.Deps{Pool: pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: ledger}
+	w, err := e.wire(ctx, true, m.ObservePosting)
+	if err != nil {
+		return err
+	}
+	defer w.close() // after the HTTP server drained: notifications stop, then the pool closes
+	m.WatchPool(w.pool)
+	deps := api.Deps{
+		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger,
+		Poster: db.NewPoster(w.pool, w.ledger, db.PosterOptions{}), Stripe: w.stripe, Events: w.events,
+	}
 
 	srv := &http.Server{
 		Handler:           api.NewHandler(deps),
@@ -50,7 +47,7 @@ func serve(ctx context.Context, e env) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	defer startReconciler(ctx, e, pool, ledger, reconcile.NewMetrics(m.Registry))()
+	defer startReconciler(ctx, e, w, reconcile.NewMetrics(m.Registry))()
 
 	select {
 	case err := <-served:

@@ -1,0 +1,24 @@
+package api
+
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/config"
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/stripeevents"
+)
+
+// WiredDeps wires the handlers on pool as the binary does: one Stripe client from cfg (nil without a
+// key), one event processor and one group-commit Poster, all posting through ledger. Metrics is left
+// for the test to set.
+func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledger db.Ledger) Deps {
+	stripe := stripeevents.NewStripeClient(cfg.StripeSecretKey, cfg.StripeAPIBase)
+	return Deps{
+		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
+		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
+		Stripe: stripe,
+		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Log: log},
+	}
+}

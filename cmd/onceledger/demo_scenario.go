@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/onceledger/onceledger/internal/stripefake"
+)
+
+// demoAPIVersion is the API version the demo's events are rendered in, as a current endpoint's are.
+const demoAPIVersion = "2024-06-20"
+
+// demoRun is the demo's scenario: it sends the requests Stripe and the product would (signed webhooks,
+// API calls), prints each response, and checks the balance after each step.
+type demoRun struct {
+	out            io.Writer
+	base           string
+	secret, apiKey string
+	// suffix makes every name the demo uses its own (empty against its own scratch server).
+	suffix  string
+	account string
+	// stripe is the Stripe API the server talks to, when the demo started both; nil when driving a
+	// server whose Stripe is not ours: then top-ups are paid without the API's Checkout, and
+	// charge.refunded carries its refund list (as API versions before 2022-11-15 render it).
+	stripe *stripefake.Server
+	client *http.Client
+	// events holds each event's payload by id, so that a redelivery sends the same bytes, re-signed.
+	events map[string][]byte
+	// opening is the account's balance when created (a signup grant): every expected balance is
+	// relative to it.
+	opening     int64
+	billingWait time.Duration
+	step        int
+	mismatches  int
+}
+
+func newDemoRun(out io.Writer, base, secret, apiKey, tag string, stripe *stripefake.Server) *demoRun {
+	d := &demoRun{
+		out: out, base: base, secret: secret, apiKey: apiKey, stripe: stripe,
+		client: &http.Client{Timeout: 10 * time.Second}, events: map[string][]byte{}, billingWait: 5 * time.Second,
+	}
+	if tag != "" {
+		d.suffix = "_" + tag
+	}
+	d.account = d.name("acct_demo")
+	return d
+}
+
+// name is id made the demo run's own.
+func (d *demoRun) name(id string) string { return id + d.suffix }
+
+// conclude is the demo's verdict, once run returned err.
+func (d *demoRun) conclude(err error) error {
+	if err != nil {
+		return err
+	}
+	if d.mismatches > 0 {
+		return fmt.Errorf("demo: %d steps ended at another balance than the guarantees require", d.mismatches)
+	}
+	fmt.Fprintln(d.out, "\nEvery step ended at the balance the guarantees require.")
+	return nil
+}
+
+// payment is a paid Checkout top-up, as the later refund and dispute events refer to it.
+type payment struct{ intent, charge string }
+
+func (d *demoRun) run(ctx context.Context) error {
+	d.title("Create the account (PUT /v1/accounts/" + d.account + ")")
+	if _, err := d.api(ctx, http.MethodPut, "/v1/accounts/"+d.account, `{"currency":"usd"}`, ""); err != nil {
+		return err
+	}
+	opening, err := d.currentBalance(ctx)
+	if err != nil {
+		return err
+	}
+	d.opening = opening
+	if err := d.balance(ctx, 0); err != nil {
+		return err
+	}
+
+	a, err := d.topup(ctx, "A", 1000, 1000)
+	if err != nil {
+		return err
+	}
+
+	d.title("Stripe redelivers the same completion event (re-signed): a replay moves nothing")
+	if err := d.webhook(ctx, d.name("evt_demo_paid_A"), 1000); err != nil {
+		return err
+	}
+
+	d.title("Refund 1 of payment A (300) succeeds: charge.refunded says amount_refunded=300")
+	refund1 := d.refund("re_demo_1", a, 300, "succeeded")
+	if err := d.webhook(ctx, d.chargeRefunded("evt_demo_refunded_1", a, 1000, 300, refund1), 700); err != nil {
+		return err
+	}
+
+	d.title("Refund 2 (200): charge.refunded again, amount_refunded=500 is CUMULATIVE — only the new refund moves")
+	refund2 := d.refund("re_demo_2", a, 200, "succeeded")
+	if err := d.webhook(ctx, d.chargeRefunded("evt_demo_refunded_2", a, 1000, 500, refund1, refund2), 500); err != nil {
+		return err
+	}
+
+	d.title("Refund 2 fails after succeeding (charge.refund.updated, status=failed): the 200 comes back")
+	failed := d.refund("re_demo_2", a, 200, "failed")
+	if d.stripe != nil {
+		d.stripe.SetRefunds(a.charge, refund1, failed)
+	}
+	if err := d.webhook(ctx, d.event("evt_demo_refund_failed", "charge.refund.updated", demoAPIVersion, failed), 700); err != nil {
+		return err
+	}
+
+	b, err := d.topup(ctx, "B", 500, 1200)
+	if err != nil {
+		return err
+	}
+
+	for _, step := range []struct {
+		title, eventID, eventType string
+		object                    map[string]any
+		want                      int64
+	}{
+		{"Chargeback on payment B (charge.dispute.created, needs_response): funds withdrawn",
+			"evt_demo_dispute_1_created", "charge.dispute.created", d.dispute("dp_demo_1", b, 500, "needs_response"), 700},
+		{"The chargeback is lost (charge.dispute.closed, lost): already withdrawn, nothing more moves",
+			"evt_demo_dispute_1_lost", "charge.dispute.closed", d.dispute("dp_demo_1", b, 500, "lost"), 700},
+		{"Chargeback on payment A (charge.dispute.created, needs_response): funds withdrawn",
+			"evt_demo_dispute_2_created", "charge.dispute.created", d.dispute("dp_demo_2", a, 400, "needs_response"), 300},
+		{"The chargeback is won (charge.dispute.closed, won): funds reinstated",
+			"evt_demo_dispute_2_won", "charge.dispute.closed", d.dispute("dp_demo_2", a, 400, "won"), 700},
+	} {
+		d.title(step.title)
+		if err := d.webhook(ctx, d.event(step.eventID, step.eventType, demoAPIVersion, step.object), step.want); err != nil {
+			return err
+		}
+	}
+
+	d.title("The product reports three billable decisions (POST /v1/decisions), then sends the batch again")
+	batch := fmt.Sprintf(`[{"id":%[1]q,"account_id":%[4]q,"cost":10},{"id":%[2]q,"account_id":%[4]q,"cost":20},{"id":%[3]q,"account_id":%[4]q,"cost":30}]`,
+		d.name("dec_demo_1"), d.name("dec_demo_2"), d.name("dec_demo_3"), d.account)
+	for range 2 {
+		if _, err := d.api(ctx, http.MethodPost, "/v1/decisions", batch, ""); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(d.out, "   stored once each; the reconciler bills them as usage keyed decision:{id}, once")
+	return d.awaitBilling(ctx, 700-60)
+}
+
+// topup pays amount into the account with a Checkout Session and delivers Stripe's completion event
+// for it. The session is created through the API (POST …/topups) when the demo is the server's Stripe;
+// otherwise the product created it itself, naming the account in its metadata.
+func (d *demoRun) topup(ctx context.Context, name string, amount, want int64) (payment, error) {
+	p := payment{intent: d.name("pi_demo_" + name), charge: d.name("ch_demo_" + name)}
+	session := map[string]any{
+		"id": d.name("cs_demo_" + name), "object": "checkout.session", "mode": "payment", "status": "complete",
+		"payment_status": "paid", "amount_total": amount, "currency": "usd", "payment_intent": p.intent,
+		"client_reference_id": d.account, "metadata": map[string]string{"account_id": d.account},
+	}
+	if d.stripe != nil {
+		d.title(fmt.Sprintf("Top-up %s: the product starts a Checkout for %d (POST /v1/accounts/%s/topups)", name, amount, d.account))
+		body, err := d.api(ctx, http.MethodPost, "/v1/accounts/"+d.account+"/topups",
+			fmt.Sprintf(`{"amount":%d,"success_url":"https://example.com/paid","cancel_url":"https://example.com/cancel"}`, amount), "")
+		if err != nil {
+			return p, err
+		}
+		var created struct {
+			Topup struct {
+				ID        string `json:"id"`
+				SessionID string `json:"session_id"`
+			} `json:"topup"`
+		}
+		if err := json.Unmarshal(body, &created); err != nil || created.Topup.SessionID == "" {
+			return p, fmt.Errorf("demo: top-up %s was not created: %s", name, body)
+		}
+		session["id"] = created.Topup.SessionID
+		session["metadata"] = map[string]string{"account_id": d.account, "topup_id": created.Topup.ID}
+	}
+	d.title(fmt.Sprintf("Top-up %s is paid: Stripe sends checkout.session.completed", name))
+	return p, d.webhook(ctx, d.event("evt_demo_paid_"+name, "checkout.session.completed", demoAPIVersion, session), want)
+}
+
+// chargeRefunded is charge.refunded for p, whose refunds are now refunds. When the demo is the server's
+// Stripe, the event leaves the list out (API versions since 2022-11-15) and the server asks for it;
+// otherwise the event carries it whole (earlier versions).
+func (d *demoRun) chargeRefunded(eventID string, p payment, amount, refunded int64, refunds ...map[string]any) string {
+	c := map[string]any{
+		"id": p.charge, "object": "charge", "amount": amount, "amount_captured": amount, "amount_refunded": refunded,
+		"currency": "usd", "payment_intent": p.intent, "paid": true, "refunded": refunded == amount, "status": "succeeded",
+	}
+	if d.stripe != nil {
+		d.stripe.SetRefunds(p.charge, refunds...)
+		return d.event(eventID, "charge.refunded", demoAPIVersion, c)
+	}
+	c["refunds"] = map[string]any{"object": "list", "data": refunds, "has_more": false}
+	return d.event(eventID, "charge.refunded", "2022-08-01", c)
+}
+
+func (d *demoRun) refund(id string, p payment, amount int64, status string) map[string]any {
+	return map[string]any{
+		"id": d.name(id), "object": "refund", "amount": amount, "currency": "usd", "charge": p.charge,
+		"payment_intent": p.intent, "status": status, "metadata": map[string]string{},
+	}
+}
+
+func (d *demoRun) dispute(id string, p payment, amount int64, status string) map[string]any {
+	return map[string]any{
+		"id": d.name(id), "object": "dispute", "amount": amount, "currency": "usd", "charge": p.charge,
+		"payment_intent": p.intent, "status": status, "reason": "fraudulent", "is_charge_refundable": false,
+		"metadata": map[string]string{},
+	}
+}
+
+// event stores a Stripe event around object, as an endpoint at apiVersion receives it, and returns
+// its id.
+func (d *demoRun) event(id, typ, apiVersion string, object map[string]any) string {
+	id = d.name(id)
+	d.events[id] = stripefake.Event(id, typ, apiVersion, object)
+	return id
+}
+
+// webhook delivers a stored event to the real webhook, freshly signed, and checks the balance after.
+func (d *demoRun) webhook(ctx context.Context, eventID string, want int64) error {
+	payload := d.events[eventID]
+	if _, err := d.send(ctx, http.MethodPost, "/webhooks/stripe", string(payload), "Stripe-Signature", stripefake.Sign(payload, d.secret, time.Now()), eventID); err != nil {
+		return err
+	}
+	return d.balance(ctx, want)
+}
+
+// api calls a /v1 route with the demo's key.
+func (d *demoRun) api(ctx context.Context, method, path, body, note string) ([]byte, error) {
+	return d.send(ctx, method, path, body, "Authorization", "Bearer "+d.apiKey, note)
+}
+
+func (d *demoRun) send(ctx context.Context, method, path, body, header, value, note string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, d.base+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(header, value)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	reply, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(d.out, "   %s\n   ← %d %s\n", strings.TrimSpace(method+" "+path+" "+note), resp.StatusCode, bytes.TrimSpace(reply))
+	return reply, nil
+}
+
+func (d *demoRun) title(s string) {
+	d.step++
+	fmt.Fprintf(d.out, "\n%2d. %s\n", d.step, s)
+}
+
+func (d *demoRun) currentBalance(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/v1/accounts/"+d.account, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+d.apiKey)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Account struct {
+			Balance int64 `json:"balance"`
+		} `json:"account"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+		return 0, errors.Join(fmt.Errorf("demo: reading the balance answered %d", resp.StatusCode), err)
+	}
+	return got.Account.Balance, nil
+}
+
+// balance prints the account's balance and whether it is the one the guarantees require (want, above
+// the opening balance).
+func (d *demoRun) balance(ctx context.Context, want int64) error {
+	got, err := d.currentBalance(ctx)
+	if err != nil {
+		return err
+	}
+	if got == d.opening+want {
+		fmt.Fprintf(d.out, "   balance %d ✓\n", got)
+		return nil
+	}
+	d.mismatches++
+	fmt.Fprintf(d.out, "   balance %d ✗ (the guarantees require %d)\n", got, d.opening+want)
+	return nil
+}
+
+// awaitBilling gives the server's reconciler (every RECONCILE_INTERVAL) up to billingWait to bill the
+// decisions, then prints the balance.
+func (d *demoRun) awaitBilling(ctx context.Context, want int64) error {
+	want += d.opening
+	deadline := time.Now().Add(d.billingWait)
+	for {
+		got, err := d.currentBalance(ctx)
+		if err != nil {
+			return err
+		}
+		if got == want {
+			fmt.Fprintf(d.out, "   billed: balance %d ✓\n", got)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(d.out, "   balance %d: not billed within %s: is the reconciler running in serve?\n", got, d.billingWait)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/notify"
+	"github.com/onceledger/onceledger/stripeevents"
+)
+
+// notifyStopTimeout bounds how long shutdown waits for deliveries in flight; those still running
+// are cancelled and delivered again after the next start.
+const notifyStopTimeout = 15 * time.Second
+
+// wiring is what the commands that move money share, each built once here from the configuration and
+// handed in (api.Deps, reconcile.Deps): the pool, the Ledger every entry is posted through, the one
+// Stripe client and the one processor of Stripe events.
+type wiring struct {
+	pool   *pgxpool.Pool
+	ledger db.Ledger
+	// stripe is nil when STRIPE_SECRET_KEY is unset.
+	stripe *client.API
+	events *stripeevents.Processor
+	// close stops notification delivery (letting deliveries in flight finish), then closes the pool.
+	close func()
+}
+
+// wire opens the pool and builds the rest. With NOTIFY_URL, every new entry's notification is enqueued
+// in its transaction; deliver (serve) also runs the worker that delivers them, which the other
+// commands leave to serve. observe, when set, sees every posting (serve's metrics).
+func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result string)) (*wiring, error) {
+	pool, err := e.openPool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &wiring{pool: pool, ledger: db.Ledger{Observe: observe}, close: pool.Close}
+	if e.cfg.NotifyURL != "" {
+		n, err := notify.New(pool, notify.Config{URL: e.cfg.NotifyURL, Secret: e.cfg.NotifySecret, Log: e.log})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		w.ledger.OnPosted = n.Enqueue
+		if deliver {
+			// Not ctx: a signal must not cancel deliveries in flight; close lets them finish first.
+			if err := n.Start(context.WithoutCancel(ctx)); err != nil {
+				pool.Close()
+				return nil, err
+			}
+			w.close = func() {
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyStopTimeout)
+				defer cancel()
+				if err := n.Stop(stopCtx); err != nil {
+					e.log.Error("stopping notifications", "error", err.Error())
+				}
+				pool.Close()
+			}
+		}
+	}
+	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase)
+	w.events = &stripeevents.Processor{Pool: pool, Ledger: w.ledger, Stripe: w.stripe, Log: e.log}
+	return w, nil
+}

@@ -1,0 +1,197 @@
+// Package stripefake is a loopback stand-in for the Stripe API endpoints onceledger calls — creating a
+// Checkout Session (the API's top-ups), listing a charge's refunds (the webhook's charge.refunded) and
+// listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
+// The demo, the bench and the tests share it; it is never Stripe, and says so in its errors.
+package stripefake
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
+)
+
+// SecretKey is an API key for the stand-in: any non-empty key is accepted.
+const SecretKey = "sk_test_stripefake"
+
+// Server answers the Stripe API from what it was told. It lists one item per page, so that every
+// listing exercises stripe-go's auto-pagination. Its methods are safe for concurrent use.
+type Server struct {
+	*httptest.Server
+
+	// OnCheckoutSession, when set before the first call, sees each session request's form while the
+	// caller waits for the answer (what the caller had written before calling Stripe).
+	OnCheckoutSession func(form url.Values)
+
+	mu       sync.Mutex
+	sessions []url.Values
+	refunds  map[string][]json.RawMessage // charge id → its refunds, newest first
+	events   []json.RawMessage            // the events whose delivery failed, newest first
+	queries  []url.Values                 // of every GET /v1/events
+	calls    int
+	failWith int
+}
+
+// New starts a stand-in; Close stops it.
+func New() *Server {
+	s := &Server{refunds: map[string][]json.RawMessage{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// SetRefunds is what the refund list of charge says from now on. Each refund is a refund object.
+func (s *Server) SetRefunds(charge string, refunds ...map[string]any) {
+	list := make([]json.RawMessage, len(refunds))
+	for i, r := range refunds {
+		list[i] = mustJSON(r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refunds[charge] = list
+}
+
+// SetEvents is what GET /v1/events lists from now on (whatever its filters), each a whole event.
+func (s *Server) SetEvents(events ...[]byte) {
+	list := make([]json.RawMessage, len(events))
+	for i, e := range events {
+		list[i] = e
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = list
+}
+
+// FailWith makes every call answer status with a Stripe error body (a 5xx is an api_error, a 4xx an
+// invalid_request_error) until FailWith(0).
+func (s *Server) FailWith(status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failWith = status
+}
+
+// Sessions returns the form of every Checkout Session request so far, in order.
+func (s *Server) Sessions() []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.sessions...)
+}
+
+// EventQueries returns the query of every GET /v1/events so far, one per page, in order.
+func (s *Server) EventQueries() []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.queries...)
+}
+
+// Calls counts every request, answered or failed.
+func (s *Server) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.calls++
+	failWith := s.failWith
+	s.mu.Unlock()
+	if failWith != 0 {
+		writeError(w, failWith, "the stand-in was told to fail")
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/checkout/sessions":
+		s.checkoutSession(w, r.PostForm)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.Form.Get("charge") != "":
+		s.mu.Lock()
+		refunds := s.refunds[r.Form.Get("charge")]
+		s.mu.Unlock()
+		writePage(w, r, "/v1/refunds", refunds)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/events":
+		s.mu.Lock()
+		s.queries = append(s.queries, r.URL.Query())
+		events := s.events
+		s.mu.Unlock()
+		writePage(w, r, "/v1/events", events)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("the Stripe stand-in does not serve %s %s", r.Method, r.URL.Path))
+	}
+}
+
+// checkoutSession answers a new open session cs_test_N, echoing the account the request names.
+func (s *Server) checkoutSession(w http.ResponseWriter, form url.Values) {
+	if s.OnCheckoutSession != nil {
+		s.OnCheckoutSession(form)
+	}
+	s.mu.Lock()
+	s.sessions = append(s.sessions, form)
+	id := fmt.Sprintf("cs_test_%d", len(s.sessions))
+	s.mu.Unlock()
+	_, _ = w.Write(mustJSON(map[string]any{
+		"id": id, "object": "checkout.session", "mode": "payment", "status": "open", "payment_status": "unpaid",
+		"url":                 "https://checkout.stripe.com/c/pay/" + id,
+		"client_reference_id": form.Get("client_reference_id"),
+		"metadata": map[string]string{
+			"account_id": form.Get("metadata[account_id]"), "topup_id": form.Get("metadata[topup_id]"),
+		},
+	}))
+}
+
+// writePage answers one item of items, the one after starting_after, as a Stripe list.
+func writePage(w http.ResponseWriter, r *http.Request, path string, items []json.RawMessage) {
+	start := 0
+	if after := r.Form.Get("starting_after"); after != "" {
+		for i, item := range items {
+			var o struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(item, &o) == nil && o.ID == after {
+				start = i + 1
+			}
+		}
+	}
+	page := append([]json.RawMessage{}, items[start:min(start+1, len(items))]...)
+	_, _ = w.Write(mustJSON(map[string]any{"object": "list", "url": path, "data": page, "has_more": start+1 < len(items)}))
+}
+
+func writeError(w http.ResponseWriter, status int, message string) {
+	kind := "invalid_request_error"
+	if status >= 500 {
+		kind = "api_error"
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(mustJSON(map[string]any{"error": map[string]string{"type": kind, "message": message}}))
+}
+
+// Sign returns the Stripe-Signature header Stripe would send with payload, signed with secret at at.
+func Sign(payload []byte, secret string, at time.Time) string {
+	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header
+}
+
+// Event returns a Stripe event of eventType around object, as an endpoint at apiVersion receives it.
+func Event(id, eventType, apiVersion string, object map[string]any) []byte {
+	return mustJSON(map[string]any{
+		"id": id, "object": "event", "api_version": apiVersion, "created": time.Now().Unix(),
+		"livemode": false, "pending_webhooks": 1, "type": eventType,
+		"data": map[string]any{"object": object}, "request": map[string]any{"id": nil, "idempotency_key": nil},
+	})
+}
+
+// mustJSON encodes what this package built itself, which always encodes.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
