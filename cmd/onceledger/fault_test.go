@@ -31,9 +31,9 @@ func TestDatabaseConnectionsKilledUnderLoad(t *testing.T) {
 		killed, inTx int
 		stopped      sync.WaitGroup
 	)
-	stopped.Go(func() { killed, inTx = killConnections(t, ctx, url) })
-
 	var d delivery
+	stopped.Go(func() { killed, inTx = killConnections(t, ctx, url, d.delivered.Load) })
+
 	w.deliverAll(t, base, 4, &d)
 	stopKiller()
 	stopped.Wait()
@@ -65,21 +65,29 @@ func TestDatabaseConnectionsKilledUnderLoad(t *testing.T) {
 
 // killConnections terminates other connections to the database at random moments until ctx ends,
 // from a connection of its own: every one, or (every other round, on average) only those inside a
-// transaction, so that deliveries die mid-transaction too. It returns how many it terminated, and how
-// many of those were inside a transaction.
-func killConnections(t *testing.T, ctx context.Context, url string) (killed, inTx int) {
+// transaction, so that deliveries die mid-transaction too. Each round waits for at least one more
+// delivery to have been accepted (delivered counts them), so that on a slow machine the server still
+// makes progress between two rounds instead of losing every attempt. It returns how many it
+// terminated, and how many of those were inside a transaction.
+func killConnections(t *testing.T, ctx context.Context, url string, delivered func() int64) (killed, inTx int) {
 	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Errorf("killer: %v", err)
 		return 0, 0
 	}
 	defer conn.Close(context.Background())
+	var progress int64
 	for {
 		select {
 		case <-ctx.Done():
 			return killed, inTx
 		case <-time.After(20*time.Millisecond + rand.N(80*time.Millisecond)):
 		}
+		done := delivered()
+		if done == progress {
+			continue
+		}
+		progress = done
 		var n, m int
 		err := conn.QueryRow(context.Background(), `
 			SELECT count(*), count(*) FILTER (WHERE in_tx)
