@@ -48,6 +48,7 @@ var errorTable = []struct {
 	{db.ErrInsufficientBalance, http.StatusConflict, "insufficient_balance"},
 	{db.ErrCurrencyMismatch, http.StatusConflict, "currency_mismatch"},
 	{db.ErrInvalidAmount, http.StatusBadRequest, "invalid_amount"},
+	{db.ErrOutOfRange, http.StatusConflict, "amount_out_of_range"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
