@@ -236,3 +236,27 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// Unbillable is an account whose unbilled decisions cannot be billed: their sum, or the balance less
+// it, would leave a bigint.
+type Unbillable struct {
+	AccountID string
+	Decisions int64
+	TotalCost string // a decimal: it may exceed an int64
+	FirstSeq  int64
+}
+
+// UnbillableAccounts returns the accounts whose unbilled decisions with seq in (afterSeq, uptoSeq]
+// cannot be billed without leaving a bigint (DecisionsUnbillableAccounts). Billing leaves them out so
+// that the other accounts are billed; verify reports them.
+func UnbillableAccounts(ctx context.Context, q dbsqlc.DBTX, afterSeq, uptoSeq int64) ([]Unbillable, error) {
+	rows, err := dbsqlc.New(q).DecisionsUnbillableAccounts(ctx, dbsqlc.DecisionsUnbillableAccountsParams{AfterSeq: afterSeq, UptoSeq: uptoSeq})
+	if err != nil {
+		return nil, fmt.Errorf("find accounts whose decisions cannot be billed: %w", MapError(err))
+	}
+	out := make([]Unbillable, len(rows))
+	for i, r := range rows {
+		out[i] = Unbillable{AccountID: r.AccountID, Decisions: r.Decisions, TotalCost: r.TotalCost, FirstSeq: r.FirstSeq}
+	}
+	return out, nil
+}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -28,7 +29,13 @@ type BillReport struct {
 	// bills them once it does. WaitingAccounts names those accounts (at most maxWaitingNamed).
 	Waiting         int64
 	WaitingAccounts []string
-	// firstWaitingSeq is the lowest seq of a waiting decision (0: none): the cursor stops before it.
+	// OutOfRange counts decisions left unbilled because billing them would carry their account's
+	// balance beyond a bigint; the chunk bills the other accounts. OutOfRangeAccounts names those
+	// accounts (at most maxWaitingNamed). They stay unbilled until an operator acts; verify reports them.
+	OutOfRange         int64
+	OutOfRangeAccounts []string
+	// firstWaitingSeq is the lowest seq of a decision left unbilled, waiting or out of range (0:
+	// none): the cursor stops before it.
 	firstWaitingSeq int64
 	Elapsed         time.Duration
 }
@@ -96,7 +103,14 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 		if len(locked) == 0 {
 			return nil
 		}
-		rows, err := q.BillingChunkPost(ctx, dbsqlc.BillingChunkPostParams{AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIds: locked})
+		rows, err := postChunk(ctx, tx, afterSeq, uptoSeq, locked)
+		if errors.Is(err, db.ErrOutOfRange) {
+			// One account's sum would leave a bigint, which fails the whole statement: bill the others.
+			if locked, err = leaveOutUnbillable(ctx, tx, afterSeq, uptoSeq, locked, &chunk); err != nil {
+				return err
+			}
+			rows, err = postChunk(ctx, tx, afterSeq, uptoSeq, locked)
+		}
 		if err != nil {
 			return err
 		}
@@ -111,6 +125,42 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 	rep.add(chunk)
 	r.metrics.BilledDecisions.Add(float64(chunk.Billed))
 	return uptoSeq, nil
+}
+
+// postChunk runs BillingChunkPost for the locked accounts in a savepoint, so that a statement failing
+// with db.ErrOutOfRange leaves the chunk's transaction usable.
+func postChunk(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, locked []string) ([]dbsqlc.BillingChunkPostRow, error) {
+	var rows []dbsqlc.BillingChunkPostRow
+	if len(locked) == 0 {
+		return nil, nil
+	}
+	err := db.InTx(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		rows, err = dbsqlc.New(sp).BillingChunkPost(ctx, dbsqlc.BillingChunkPostParams{AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIds: locked})
+		return db.MapError(err)
+	})
+	return rows, err
+}
+
+// leaveOutUnbillable removes from locked the accounts whose decisions in the chunk cannot be billed
+// without leaving a bigint, and records them in chunk.
+func leaveOutUnbillable(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, locked []string, chunk *BillReport) ([]string, error) {
+	unbillable, err := db.UnbillableAccounts(ctx, tx, afterSeq, uptoSeq)
+	if err != nil {
+		return nil, err
+	}
+	if len(unbillable) == 0 {
+		return nil, fmt.Errorf("a chunk's sums left a bigint, but no account's do: %w", db.ErrOutOfRange)
+	}
+	for _, u := range unbillable {
+		locked = slices.DeleteFunc(locked, func(id string) bool { return id == u.AccountID })
+		chunk.OutOfRange += u.Decisions
+		chunk.OutOfRangeAccounts = append(chunk.OutOfRangeAccounts, u.AccountID)
+		if chunk.firstWaitingSeq == 0 || u.FirstSeq < chunk.firstWaitingSeq {
+			chunk.firstWaitingSeq = u.FirstSeq
+		}
+	}
+	return locked, nil
 }
 
 // noteWaiting records the unbilled decisions whose account BillingAccountsLock did not find.
@@ -163,9 +213,17 @@ func (rep *BillReport) add(chunk BillReport) {
 	if chunk.firstWaitingSeq != 0 && (rep.firstWaitingSeq == 0 || chunk.firstWaitingSeq < rep.firstWaitingSeq) {
 		rep.firstWaitingSeq = chunk.firstWaitingSeq
 	}
-	for _, id := range chunk.WaitingAccounts {
-		if len(rep.WaitingAccounts) < maxWaitingNamed && !slices.Contains(rep.WaitingAccounts, id) {
-			rep.WaitingAccounts = append(rep.WaitingAccounts, id)
+	rep.OutOfRange += chunk.OutOfRange
+	rep.WaitingAccounts = addNamed(rep.WaitingAccounts, chunk.WaitingAccounts)
+	rep.OutOfRangeAccounts = addNamed(rep.OutOfRangeAccounts, chunk.OutOfRangeAccounts)
+}
+
+// addNamed adds the ids not named yet to named, up to maxWaitingNamed of them.
+func addNamed(named, ids []string) []string {
+	for _, id := range ids {
+		if len(named) < maxWaitingNamed && !slices.Contains(named, id) {
+			named = append(named, id)
 		}
 	}
+	return named
 }
