@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,4 +165,37 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s is not registered", name)
 	return 0
+}
+
+// TestRecoveryCountsOnlyRequestedTypes: an event the listing returns outside the requested types is
+// neither applied nor counted as recovered.
+func TestRecoveryCountsOnlyRequestedTypes(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		other := strings.Replace(eventJSON("evt_other", time.Now()), "checkout.session.completed", "customer.created", 1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","url":"/v1/events","has_more":false,"data":[%s,%s]}`, eventJSON("evt_handled", time.Now()), other)
+	}))
+	t.Cleanup(srv.Close)
+	reg := prometheus.NewRegistry()
+	r := reconcile.New(reconcile.Deps{
+		Pool:    pool,
+		Stripe:  stripeapi.New(config.Config{StripeSecretKey: "sk_test_reconcile", StripeAPIBase: srv.URL}),
+		Events:  recordingProcessor{pool: pool},
+		Metrics: reconcile.NewMetrics(reg),
+	}, reconcile.Options{})
+
+	rep, err := r.Recover(ctx)
+	if err != nil || rep.Listed != 2 || rep.Applied != 1 || rep.Unrequested != 1 {
+		t.Fatalf("report %+v %v; want 2 listed, 1 applied, 1 unrequested", rep, err)
+	}
+	if got := counterValue(t, reg, "onceledger_reconcile_recovered_events_total"); got != 1 {
+		t.Fatalf("recovered events counter = %v, want 1", got)
+	}
+	var stored int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM stripe_events`).Scan(&stored); err != nil || stored != 1 {
+		t.Fatalf("stripe_events holds %d events (%v), want only the handled one", stored, err)
+	}
 }
