@@ -23,9 +23,8 @@ var (
 const (
 	// smallBody bounds the JSON bodies of single-object requests.
 	smallBody = 16 << 10
-	// maxAmount bounds every amount and cost (10^15 minor units, ten trillion dollars), far inside
-	// bigint, so that no balance or sum of them can overflow.
-	maxAmount = 1_000_000_000_000_000
+	// maxAmount bounds every amount and cost the API takes, as the webhook's (db.MaxAmount).
+	maxAmount = db.MaxAmount
 	// Page sizes of the listings.
 	defaultPageSize = 50
 	maxPageSize     = 500

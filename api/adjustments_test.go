@@ -2,10 +2,13 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/onceledger/onceledger/db"
 )
 
 func adjust(s *server, account, key string, body any) reply {
@@ -154,4 +157,59 @@ func TestAdjustmentsConcurrentDebitsNeverOverdraw(t *testing.T) {
 	if debits := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_d' AND amount < 0`); debits != int64(count[http.StatusCreated]) {
 		t.Fatalf("%d debit entries, %d answered 201", debits, count[http.StatusCreated])
 	}
+}
+
+// TestAdjustmentRetryAnsweredAsReplayWhileOthersPost: a debit that took the balance to zero, retried
+// ten times at once while ten unrelated credits post to the same account, is a replay every time
+// (200, posted:false), never insufficient_balance: the stored key is answered before admission. Each
+// burst starts from a balance of zero, so the retried debit never fits a second time.
+func TestAdjustmentRetryAnsweredAsReplayWhileOthersPost(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_r", "usd", 0)
+
+	const bursts, retries, credits = 15, 10, 10
+	var wantEntries int64
+	for b := range bursts {
+		adjust(s, "acct_r", fmt.Sprintf("fund-%d", b), map[string]any{"amount": 100}).want(t, http.StatusCreated, "")
+		order := map[string]any{"amount": -s.balance("acct_r"), "description": "order"}
+		adjust(s, "acct_r", fmt.Sprintf("order-%d", b), order).want(t, http.StatusCreated, "")
+		wantEntries += 2
+
+		var mu sync.Mutex
+		var wrong []string
+		count := concurrently(retries+credits, func(i int) int {
+			if i < credits {
+				return adjust(s, "acct_r", fmt.Sprintf("credit-%d-%d", b, i), map[string]any{"amount": 1}).Status
+			}
+			r := adjust(s, "acct_r", fmt.Sprintf("order-%d", b), order)
+			if r.Status != http.StatusOK || r.JSON["posted"] != false {
+				mu.Lock()
+				wrong = append(wrong, fmt.Sprintf("%d %s", r.Status, r.Body))
+				mu.Unlock()
+			}
+			return r.Status
+		})
+		if len(wrong) > 0 {
+			t.Fatalf("burst %d: retries of a posted debit answered %v (statuses %v)", b, wrong, count)
+		}
+		if count[http.StatusCreated] != credits {
+			t.Fatalf("burst %d: statuses %v, want %d credits posted", b, count, credits)
+		}
+		wantEntries += credits
+		s.wantMoney("acct_r", credits, wantEntries)
+	}
+}
+
+// TestAdjustmentBeyondBigintIsAConflict: a credit that would carry the balance beyond a bigint is 409
+// amount_out_of_range, not a 500, and writes nothing.
+func TestAdjustmentBeyondBigintIsAConflict(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_max", "usd", 0)
+	s.post(db.Posting{AccountID: "acct_max", Kind: db.KindTopup, Amount: math.MaxInt64 - 5, DedupeKey: "stripe:evt_max"})
+
+	adjust(s, "acct_max", "over", map[string]any{"amount": 10}).want(t, http.StatusConflict, "amount_out_of_range")
+	adjust(s, "acct_max", "fits", map[string]any{"amount": 5}).want(t, http.StatusCreated, "")
+	s.wantMoney("acct_max", math.MaxInt64, 2)
 }

@@ -25,6 +25,8 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// Cause, when set, is what went wrong in detail, for the log only: the answer carries Message.
+	Cause error
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -50,6 +52,7 @@ var errorTable = []struct {
 	{db.ErrInsufficientBalance, http.StatusConflict, "insufficient_balance"},
 	{db.ErrCurrencyMismatch, http.StatusConflict, "currency_mismatch"},
 	{db.ErrInvalidAmount, http.StatusBadRequest, "invalid_amount"},
+	{db.ErrOutOfRange, http.StatusConflict, "amount_out_of_range"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
@@ -70,9 +73,14 @@ func handle(d Deps, fn func(w http.ResponseWriter, r *http.Request) error) http.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var apiErr *Error
 	if errors.As(err, &apiErr) {
+		if apiErr.Cause != nil {
+			log.InfoContext(r.Context(), "request refused", "method", r.Method, "path", r.URL.Path, "code", apiErr.Code, "err", apiErr.Cause)
+		}
 		writeJSON(w, apiErr.Status, errorBody{Error: errorInfo{Code: apiErr.Code, Message: apiErr.Message}})
 		return
 	}
+	// A database error no layer mapped yet (e.g. a value out of range) still finds its sentinel.
+	err = db.MapError(err)
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {
 			if e.status >= 500 {
@@ -81,11 +89,6 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			writeJSON(w, e.status, errorBody{Error: errorInfo{Code: e.code, Message: e.err.Error()}})
 			return
 		}
-	}
-	if db.IsTransient(err) {
-		log.WarnContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorInfo{Code: "unavailable", Message: "database temporarily unavailable"}})
-		return
 	}
 	log.ErrorContext(r.Context(), "unexpected error", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeJSON(w, http.StatusInternalServerError, errorBody{Error: errorInfo{Code: "internal", Message: "internal error"}})

@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"reflect"
+	"strings"
+	"unicode"
 )
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
@@ -15,10 +18,16 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// decodeJSON reads one JSON value of at most maxBytes into dst, refusing unknown fields and trailing
-// data. Its errors are *Error with a code that says what was wrong.
+// decodeJSON reads one JSON value of at most maxBytes into dst, refusing unknown fields, trailing
+// data, and keys that encoding/json would otherwise read loosely: a key twice in one object (the last
+// would win) and a key matching a field only when case is ignored ("Amount" for "amount"). Its errors
+// are *Error with a code that says what was wrong.
 func decodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+	if err != nil {
+		return jsonError(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return jsonError(err)
@@ -29,9 +38,78 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any)
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("invalid_json", "body must hold a single JSON value")
 	}
-	return nil
+	// The body is one valid JSON value now, so walking its tokens cannot fail on syntax.
+	return exactKeys(json.NewDecoder(bytes.NewReader(body)), fieldNames(reflect.TypeOf(dst), map[string]string{}))
 }
 
+// exactKeys walks one JSON value and refuses an object holding a key twice (compared as encoding/json
+// compares keys with fields, ignoring case) or a key that names a field (fields: folded name → name)
+// only when case is ignored.
+func exactKeys(dec *json.Decoder, fields map[string]string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonError(err)
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return jsonError(err)
+			}
+			key, _ := tok.(string)
+			folded := foldKey(key)
+			if seen[folded] {
+				return badRequest("invalid_json", fmt.Sprintf("key %q appears more than once in an object", key))
+			}
+			seen[folded] = true
+			if name, ok := fields[folded]; ok && name != key {
+				return badRequest("invalid_json", fmt.Sprintf("key %q must be written %q", key, name))
+			}
+			if err := exactKeys(dec, fields); err != nil {
+				return err
+			}
+		}
+	case json.Delim('['):
+		for dec.More() {
+			if err := exactKeys(dec, fields); err != nil {
+				return err
+			}
+		}
+	default:
+		return nil
+	}
+	_, err = dec.Token() // the closing delimiter
+	return err
+}
+
+// foldKey is the form encoding/json compares a key in when it matches it to a field: two keys with the
+// same fold would fill the same field.
+func foldKey(key string) string {
+	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, key)
+}
+
+// fieldNames adds to fields the JSON names of the struct fields reachable from t, by their folded form.
+func fieldNames(t reflect.Type, fields map[string]string) map[string]string {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return fieldNames(t.Elem(), fields)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				fields[foldKey(name)] = name
+			}
+			fieldNames(t.Field(i).Type, fields)
+		}
+	}
+	return fields
+}
+
+// jsonError answers a body that could not be read or decoded. Its message never carries the error's
+// own text beyond the field it names: a failed read's error holds the connection's addresses, which
+// go to the log only (Error.Cause).
 func jsonError(err error) *Error {
 	var (
 		syntaxErr *json.SyntaxError
@@ -57,7 +135,9 @@ func jsonError(err error) *Error {
 		if field, ok := unknownField(err); ok {
 			return badRequest("unknown_field", fmt.Sprintf("unknown field %s", field))
 		}
-		return badRequest("invalid_json", err.Error())
+		apiErr := badRequest("invalid_json", "the body could not be read as JSON")
+		apiErr.Cause = err
+		return apiErr
 	}
 }
 

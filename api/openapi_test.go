@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/gorilla/mux"
 )
 
@@ -69,6 +70,58 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 	if len(diffs) > 0 {
 		t.Fatalf("openapi.yaml and routes.go differ:\n  %s", strings.Join(diffs, "\n  "))
 	}
+}
+
+// TestOpenAPIDeclaresSecurityAndRefusals: every operation says who may call it (security, [] when the
+// route is open) and lists at least one 4xx answer, and every tag is described, so a reader (or a
+// linter) never has to guess which routes are open.
+func TestOpenAPIDeclaresSecurityAndRefusals(t *testing.T) {
+	t.Parallel()
+	doc, err := loadDocument()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.Security == nil {
+				missing = append(missing, method+" "+path+": no security (declare security: [] on an open route)")
+			}
+			for _, req := range derefSecurity(op.Security) {
+				for scheme := range req {
+					if doc.Components.SecuritySchemes[scheme] == nil {
+						missing = append(missing, method+" "+path+": unknown security scheme "+scheme)
+					}
+				}
+			}
+			has4xx := false
+			for status := range op.Responses.Map() {
+				has4xx = has4xx || strings.HasPrefix(status, "4")
+			}
+			if !has4xx {
+				missing = append(missing, method+" "+path+": no 4xx answer listed")
+			}
+		}
+	}
+	for _, tag := range doc.Tags {
+		if tag.Description == "" {
+			missing = append(missing, "tag "+tag.Name+": no description")
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Fatalf("openapi.yaml:\n  %s", strings.Join(missing, "\n  "))
+	}
+	if webhook := doc.Paths.Find("/webhooks/stripe").Post; webhook.Security == nil || len(*webhook.Security) != 1 || (*webhook.Security)[0]["stripeSignature"] == nil {
+		t.Fatal("the webhook must declare its signature scheme")
+	}
+}
+
+func derefSecurity(s *openapi3.SecurityRequirements) openapi3.SecurityRequirements {
+	if s == nil {
+		return nil
+	}
+	return *s
 }
 
 func TestOpenAPIServed(t *testing.T) {

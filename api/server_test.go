@@ -36,7 +36,12 @@ type server struct {
 // the configuration first.
 func newServer(t *testing.T, configure ...func(*config.Config)) *server {
 	t.Helper()
-	pool := dbtest.New(t)
+	return newServerOn(t, dbtest.New(t), configure...)
+}
+
+// newServerOn is newServer on the database of pool.
+func newServerOn(t *testing.T, pool *pgxpool.Pool, configure ...func(*config.Config)) *server {
+	t.Helper()
 	cfg := config.Config{APIKeys: []string{"other_key", testAPIKey}}
 	for _, c := range configure {
 		c(&cfg)

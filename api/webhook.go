@@ -1,11 +1,12 @@
 package api
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v79/webhook"
@@ -54,7 +55,7 @@ func handleStripeWebhook(d Deps) http.Handler {
 		}
 		res, err := d.Events.Process(r.Context(), body)
 		outcome, reason := deliveryOutcome(res, err)
-		d.Metrics.WebhookDeliveries.WithLabelValues(cmp.Or(res.Type, "unknown"), outcome, reason).Inc()
+		d.Metrics.WebhookDeliveries.WithLabelValues(typeLabel(res.Type), outcome, reason).Inc()
 		if err != nil {
 			writeError(w, r, d.Log, err)
 			return
@@ -82,19 +83,40 @@ func deliveryOutcome(res stripeevents.Result, err error) (outcome, reason string
 	}
 }
 
-// verifyStripeSignature accepts the body when it is signed, within 300 s, by any of the secrets (several
-// during a rotation), and is JSON. Only the signature is checked here, not the event's shape: stripe-go
+// typeLabel is the event type as a metric label: only the types the service handles are named, so
+// that whoever holds the secret cannot grow /metrics without bound; "unknown" when the type could not
+// be read, "other" for the rest.
+func typeLabel(eventType string) string {
+	switch {
+	case eventType == "":
+		return "unknown"
+	case stripeevents.Handles(eventType):
+		return eventType
+	default:
+		return "other"
+	}
+}
+
+// signatureTolerance is how far a signature's timestamp may be from now, either way: older is a
+// replay of a captured delivery, newer is a clock nobody should trust.
+const signatureTolerance = 300 * time.Second
+
+// verifyStripeSignature accepts the body when it is signed, within 300 s of now either way, by any of
+// the secrets (several during a rotation), and is JSON. Only the signature is checked here, not the event's shape: stripe-go
 // would decode the whole body into its types for one pinned api_version, while Stripe renders events in
 // the endpoint's version; stripeevents reads the stable fields it needs, once.
 func verifyStripeSignature(body []byte, header string, secrets []string) error {
 	var err error
 	for _, secret := range secrets {
-		err = webhook.ValidatePayloadWithTolerance(body, header, secret, 300*time.Second)
+		err = webhook.ValidatePayloadWithTolerance(body, header, secret, signatureTolerance)
 		if !errors.Is(err, webhook.ErrNoValidSignature) {
 			break
 		}
 	}
 	switch {
+	case err == nil && signedAt(header).After(time.Now().Add(signatureTolerance)):
+		// stripe-go bounds only the age.
+		return badRequest("stale_signature", "the signature's timestamp is more than 300 seconds ahead of now")
 	case err == nil:
 		if !json.Valid(body) {
 			return badRequest("invalid_json", "body is not a JSON Stripe event")
@@ -107,4 +129,16 @@ func verifyStripeSignature(body []byte, header string, secrets []string) error {
 	default: // webhook.ErrInvalidHeader, webhook.ErrNoValidSignature
 		return badRequest("invalid_signature", "the Stripe-Signature header does not match the body")
 	}
+}
+
+// signedAt is the t= of a Stripe-Signature header that stripe-go has verified (so it holds one).
+func signedAt(header string) time.Time {
+	for _, item := range strings.Split(header, ",") {
+		if v, ok := strings.CutPrefix(item, "t="); ok {
+			if t, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return time.Unix(t, 0)
+			}
+		}
+	}
+	return time.Time{}
 }

@@ -2,7 +2,9 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
@@ -31,6 +33,9 @@ type BilledChunk struct {
 	Posted []Posted
 	// Waiting are the accounts with decisions left unbilled because the account does not exist yet.
 	Waiting []WaitingAccount
+	// Unbillable are the accounts left out because billing them would take a sum or their balance
+	// beyond a bigint; the others were billed.
+	Unbillable []Unbillable
 }
 
 // WaitingAccount counts the unbilled decisions of one chunk whose account does not exist yet.
@@ -82,11 +87,22 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 		if len(locked) == 0 {
 			return nil
 		}
-		rows, err := q.LedgerUsageInsertForDecisions(ctx, dbsqlc.LedgerUsageInsertForDecisionsParams{
-			AfterSeq: afterSeq, UptoSeq: out.UptoSeq, AccountIDs: locked,
-		})
+		rows, err := insertUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
+		if errors.Is(err, ErrOutOfRange) {
+			// One account's sum would leave a bigint, which fails the whole statement: bill the others.
+			if out.Unbillable, err = UnbillableAccounts(ctx, tx, afterSeq, out.UptoSeq); err != nil {
+				return err
+			}
+			if len(out.Unbillable) == 0 {
+				return fmt.Errorf("a chunk's sums left a bigint, but no account's do: %w", ErrOutOfRange)
+			}
+			for _, u := range out.Unbillable {
+				locked = slices.DeleteFunc(locked, func(id string) bool { return id == u.AccountID })
+			}
+			rows, err = insertUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
+		}
 		if err != nil {
-			return MapError(err)
+			return err
 		}
 		out.Posted = make([]Posted, len(rows))
 		for i, r := range rows {
@@ -103,6 +119,47 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 	})
 	if err != nil {
 		return BilledChunk{UptoSeq: afterSeq}, err
+	}
+	return out, nil
+}
+
+// insertUsage runs LedgerUsageInsertForDecisions for the locked accounts in a savepoint, so that the
+// statement failing with ErrOutOfRange leaves the chunk's transaction usable.
+func insertUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string) ([]dbsqlc.LedgerUsageInsertForDecisionsRow, error) {
+	if len(locked) == 0 {
+		return nil, nil
+	}
+	var rows []dbsqlc.LedgerUsageInsertForDecisionsRow
+	err := InTx(ctx, tx, func(sp Tx) error {
+		var err error
+		rows, err = dbsqlc.New(sp).LedgerUsageInsertForDecisions(ctx, dbsqlc.LedgerUsageInsertForDecisionsParams{
+			AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIDs: locked,
+		})
+		return MapError(err)
+	})
+	return rows, err
+}
+
+// Unbillable is an account whose unbilled decisions cannot be billed: their sum, or the balance less
+// it, would leave a bigint.
+type Unbillable struct {
+	AccountID string
+	Decisions int64
+	TotalCost string // a decimal: it may exceed an int64
+	FirstSeq  int64
+}
+
+// UnbillableAccounts returns the accounts whose unbilled decisions with seq in (afterSeq, uptoSeq]
+// cannot be billed without leaving a bigint (DecisionsUnbillableAccounts). Billing leaves them out so
+// that the other accounts are billed; verify reports them.
+func UnbillableAccounts(ctx context.Context, q Conn, afterSeq, uptoSeq int64) ([]Unbillable, error) {
+	rows, err := dbsqlc.New(q).DecisionsUnbillableAccounts(ctx, dbsqlc.DecisionsUnbillableAccountsParams{AfterSeq: afterSeq, UptoSeq: uptoSeq})
+	if err != nil {
+		return nil, fmt.Errorf("find accounts whose decisions cannot be billed: %w", MapError(err))
+	}
+	out := make([]Unbillable, len(rows))
+	for i, r := range rows {
+		out[i] = Unbillable{AccountID: r.AccountID, Decisions: r.Decisions, TotalCost: r.TotalCost, FirstSeq: r.FirstSeq}
 	}
 	return out, nil
 }

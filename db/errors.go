@@ -28,6 +28,10 @@ var (
 	ErrInvalidAmount = errors.New("amount sign does not fit the entry kind")
 	// ErrAppendOnly: something tried to change or delete a ledger entry (ledger_append_only).
 	ErrAppendOnly = errors.New("ledger entries are append-only")
+	// ErrOutOfRange: an amount or a sum of amounts (a balance, a billing total) would leave the range
+	// of a bigint (numeric_value_out_of_range). Nothing was written; the same request fails the same way
+	// until the balance moves, so it is refused (409, or parked), never retried as transient.
+	ErrOutOfRange = errors.New("amount or balance out of range")
 	// ErrTransient: the database could not answer now (unreachable, serialization failure, deadlock,
 	// shutting down); retrying later may succeed, and nothing was committed.
 	ErrTransient = errors.New("database temporarily unavailable")
@@ -52,9 +56,18 @@ func MapError(err error) error {
 	if err == nil {
 		return nil
 	}
+	// First: a server that refused the connection answers with a FATAL of any SQLSTATE (wrong password,
+	// no such database, not accepting connections), and nothing was attempted; the PgError it wraps
+	// must not be read as a statement's failure.
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return fmt.Errorf("%w: %w", ErrTransient, err)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
+		case pgerrcode.NumericValueOutOfRange:
+			return fmt.Errorf("%w: %w", ErrOutOfRange, err)
 		case pgerrcode.ForeignKeyViolation, pgerrcode.CheckViolation, pgerrcode.UniqueViolation,
 			pgerrcode.RestrictViolation:
 			if sentinel, ok := constraintErrors[[2]string{pgErr.TableName, pgErr.ConstraintName}]; ok {
@@ -79,9 +92,8 @@ func MapError(err error) error {
 // isConnectionError recognises failures to reach or keep the server: these are worth a retry.
 func isConnectionError(err error) bool {
 	var netErr net.Error
-	var connectErr *pgconn.ConnectError
 	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr):
+	case errors.As(err, &netErr):
 		return true
 	case pgconn.SafeToRetry(err), pgconn.Timeout(err):
 		return true
@@ -100,4 +112,10 @@ func IsTransient(err error) bool {
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable
+}
+
+// addInt64 returns a+b and whether it fits an int64: sums of amounts are checked, never wrapped.
+func addInt64(a, b int64) (int64, bool) {
+	sum := a + b
+	return sum, (b >= 0) == (sum >= a)
 }

@@ -21,6 +21,11 @@ const (
 	KindAdjustment    = "adjustment"
 )
 
+// MaxAmount bounds every amount taken from outside (10^15 minor units, ten trillion dollars): the API
+// refuses larger ones, the webhook parks them (amount_out_of_range). A sum of many can still leave a
+// bigint (9.2·10^18): every sum is checked, in SQL and in Go, and fails with ErrOutOfRange.
+const MaxAmount = 1_000_000_000_000_000
+
 // Entry is one ledger row.
 type Entry struct {
 	ID            int64

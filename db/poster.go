@@ -24,9 +24,15 @@ import (
 //
 // To each caller, Post is exactly one InTx + Ledger.Post: an exact replay is Posted=false with the
 // original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
-// does not fit is ErrInsufficientBalance, and the answer comes only after the group committed. One
-// member's refusal never fails the others: admission is computed in arrival order against the locked
-// balance, and only admitted postings are inserted. When the group transaction fails as a whole with a
+// does not fit is ErrInsufficientBalance, one that would carry the balance beyond a bigint is
+// ErrOutOfRange, and the answer comes only after the group committed. A stored key is answered as a
+// replay or a conflict before admission is considered, as Ledger.Post inserts before it looks at the
+// balance: a retried debit is a replay however the balance moved since. One member's refusal never
+// fails the others: admission is computed in arrival order against the locked balance, and only
+// admitted postings are inserted. The database holds the no-overdraw rule for the group too: its one
+// balance update (AccountsBalanceAddGroup) happens only if the running balance after each admitted
+// no-overdraw entry stays at or above zero, so a wrong plan fails the group (whose members then post
+// one by one) and never overdraws. When the group transaction fails as a whole with a
 // transient error, every member gets that error; any other failure of the group (an invalid amount, a
 // missing account, an OnPosted error) is resolved by posting its members one transaction each, so that
 // each gets the answer its own transaction would have given.
@@ -321,25 +327,28 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 		}
 		stored := map[string]Entry{}
 		if readKeys {
-			if stored, err = storedEntries(ctx, q, group); err != nil {
+			if stored, err = storedEntries(ctx, q, groupKeys(group)); err != nil {
 				return err
 			}
 		}
 		plan := planGroup(group, start, stored)
+		if keys := plan.refusedKeys(group); !readKeys && len(keys) > 0 {
+			// A refusal is final only for a key never posted: a retry of a posted debit is a replay
+			// (or a conflict), whatever the balance is now. Refused members move nothing, so reading
+			// their keys and planning again changes nothing for the others but their duplicates.
+			if stored, err = storedEntries(ctx, q, keys); err != nil {
+				return err
+			}
+			plan = planGroup(group, start, stored)
+		}
 		outcomes = plan.outcomes
 
 		inserted, err := insertGroup(ctx, q, group, plan.insert)
 		if err != nil {
 			return err
 		}
-		if plan.balance != start {
-			balance, err := q.AccountsBalanceAdd(ctx, dbsqlc.AccountsBalanceAddParams{ID: account, Amount: plan.balance - start})
-			if err != nil {
-				return fmt.Errorf("update balance of %s: %w", account, err)
-			}
-			if balance != plan.balance {
-				return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, balance, plan.balance)
-			}
+		if err := addGroupToBalance(ctx, q, group, plan); err != nil {
+			return err
 		}
 
 		posted := make([]Posted, len(plan.insert))
@@ -357,14 +366,48 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 	return outcomes, err
 }
 
-// storedEntries returns the entries already posted under the group's dedupe keys, by key.
-func storedEntries(ctx context.Context, q *dbsqlc.Queries, group []*member) (map[string]Entry, error) {
+// errGroupOverdraw: the group's plan would take the balance below zero through a no-overdraw entry,
+// and AccountsBalanceAddGroup refused it. The plan is wrong; the members post one by one.
+var errGroupOverdraw = errors.New("the group's balance update was refused: a no-overdraw entry would overdraw")
+
+// addGroupToBalance moves the locked balance by the admitted entries in one conditional update, which
+// checks the plan's no-overdraw admissions again in SQL.
+func addGroupToBalance(ctx context.Context, q *dbsqlc.Queries, group []*member, plan groupPlan) error {
+	if len(plan.insert) == 0 {
+		return nil
+	}
+	account := group[0].posting.AccountID
+	arg := dbsqlc.AccountsBalanceAddGroupParams{ID: account}
+	for _, i := range plan.insert {
+		arg.Amounts = append(arg.Amounts, group[i].posting.Amount)
+		arg.NoOverdraw = append(arg.NoOverdraw, group[i].posting.NoOverdraw)
+	}
+	balance, err := q.AccountsBalanceAddGroup(ctx, arg)
+	if isNoRows(err) {
+		return fmt.Errorf("update balance of %s: %w", account, errGroupOverdraw)
+	}
+	if err != nil {
+		return fmt.Errorf("update balance of %s: %w", account, err)
+	}
+	if balance != plan.balance {
+		return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, balance, plan.balance)
+	}
+	return nil
+}
+
+// groupKeys returns the group's dedupe keys.
+func groupKeys(group []*member) []string {
 	var keys []string
 	for _, m := range group {
 		if m.posting.DedupeKey != "" {
 			keys = append(keys, m.posting.DedupeKey)
 		}
 	}
+	return keys
+}
+
+// storedEntries returns the entries already posted under keys, by key.
+func storedEntries(ctx context.Context, q *dbsqlc.Queries, keys []string) (map[string]Entry, error) {
 	stored := map[string]Entry{}
 	if len(keys) == 0 {
 		return stored, nil
@@ -387,6 +430,18 @@ type groupPlan struct {
 	balance     int64       // the balance once every inserted member is posted
 }
 
+// refusedKeys returns the dedupe keys of the members a plan made without stored entries refused (the
+// balance would go below zero or beyond a bigint): its only errors.
+func (plan groupPlan) refusedKeys(group []*member) []string {
+	var keys []string
+	for i, o := range plan.outcomes {
+		if o.err != nil && group[i].posting.DedupeKey != "" {
+			keys = append(keys, group[i].posting.DedupeKey)
+		}
+	}
+	return keys
+}
+
 // planGroup is the sequence of single postings, replayed in memory: each member sees the balance
 // left by the admitted members before it, and a key claimed earlier in the group makes it a replay
 // or a conflict of that member. A refused member claims nothing, as its own transaction would have
@@ -406,12 +461,18 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 				continue
 			}
 		}
+		// Checked: a sum beyond a bigint is what the member's own balance update would refuse.
+		balance, ok := addInt64(plan.balance, p.Amount)
+		if !ok {
+			plan.outcomes[i] = outcome{err: fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrOutOfRange)}
+			continue
+		}
 		// The same condition as AccountsBalanceAddNoOverdraw, on the balance this member would see.
-		if p.NoOverdraw && plan.balance+p.Amount < 0 {
+		if p.NoOverdraw && balance < 0 {
 			plan.outcomes[i] = outcome{err: fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)}
 			continue
 		}
-		plan.balance += p.Amount
+		plan.balance = balance
 		if p.DedupeKey != "" {
 			claimed[p.DedupeKey] = i
 		}

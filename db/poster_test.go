@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -271,5 +272,85 @@ func TestPosterCallerThatLeavesBeforeItsGroupPostsNothing(t *testing.T) {
 	}
 	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE account_id = $1`, acct); got != 1 {
 		t.Fatalf("ledger holds %d entries, want only the second posting", got)
+	}
+}
+
+// TestGroupBalanceUpdateHoldsNoOverdrawInSQL: the group's one balance update refuses, in SQL, a plan
+// whose running balance would go below zero after a no-overdraw entry — even when the group's total
+// is positive — so a planner bug fails the group instead of overdrawing. Entries without the rule
+// (usage, reversals) may still take the balance below zero.
+func TestGroupBalanceUpdateHoldsNoOverdrawInSQL(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_sql_rule"
+	createAccount(t, pool, acct)
+	if _, err := post(t, pool, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "stripe:evt_fund"}); err != nil {
+		t.Fatal(err)
+	}
+	update := func(postings ...db.Posting) error {
+		return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
+			return db.AddGroupToBalance(context.Background(), tx, postings)
+		})
+	}
+	debit := func(amount int64) db.Posting { return adjustment(acct, "", amount) }
+	usage := db.Posting{AccountID: acct, Kind: db.KindUsage, Amount: -150}
+
+	for name, postings := range map[string][]db.Posting{
+		"two debits that each fit alone":         {debit(-60), debit(-60)},
+		"a debit covered only by a later credit": {debit(-150), debit(200)},
+		"a debit after usage took it below zero": {usage, debit(-1)},
+	} {
+		if err := update(postings...); err == nil {
+			t.Fatalf("%s: the group's balance update accepted an overdraw", name)
+		}
+		if b := balance(t, pool, acct); b != 100 {
+			t.Fatalf("%s: balance %d after a refused group, want 100", name, b)
+		}
+	}
+	if err := update(debit(-100), usage, debit(150)); err != nil {
+		t.Fatalf("usage below zero is allowed: %v", err)
+	}
+	if b := balance(t, pool, acct); b != 0 {
+		t.Fatalf("balance %d, want 0", b)
+	}
+}
+
+// TestPosterGroupSumsAreChecked: credits gathered near the top of a bigint are refused with
+// ErrOutOfRange once their sum would not fit — never ErrInsufficientBalance from a wrapped sum — and
+// the members that fit still post, exactly as their own transactions would.
+func TestPosterGroupSumsAreChecked(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_near_max"
+	createAccount(t, pool, acct)
+	const start = math.MaxInt64 - 25
+	if _, err := post(t, pool, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: start, DedupeKey: "stripe:evt_huge"}); err != nil {
+		t.Fatal(err)
+	}
+	var postings []db.Posting
+	for i := range 10 {
+		postings = append(postings, adjustment(acct, fmt.Sprintf("api:acct_near_max:c%d", i), 10))
+	}
+	outs, errs := postAllAtOnce(db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow}), postings)
+	var posted, refused int64
+	for i, err := range errs {
+		switch {
+		case err == nil && outs[i].Posted:
+			posted++
+		case errors.Is(err, db.ErrOutOfRange):
+			refused++
+		default:
+			t.Fatalf("credit %d near the limit = %+v, %v; want posted or ErrOutOfRange", i, outs[i], err)
+		}
+	}
+	if posted != 2 || refused != 8 {
+		t.Fatalf("%d posted and %d refused, want 2 and 8", posted, refused)
+	}
+	if b := balance(t, pool, acct); b != start+20 {
+		t.Fatalf("balance %d, want %d", b, int64(start+20))
+	}
+	// Alone, the statement's own overflow is the same answer.
+	if _, err := post(t, pool, adjustment(acct, "api:acct_near_max:alone", 10)); !errors.Is(err, db.ErrOutOfRange) {
+		t.Fatalf("a lone credit beyond a bigint = %v, want ErrOutOfRange", err)
 	}
 }

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -44,6 +45,15 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter time.Duratio
 	}
 	for _, p := range payments {
 		out = append(out, Violation{"reversals", fmt.Sprintf("payment %s: reversed %d of a %d credit", p.PaymentIntent, p.NetReversed, p.Credited)})
+	}
+
+	unbillable, err := UnbillableAccounts(ctx, q, 0, math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range unbillable {
+		out = append(out, Violation{"unbillable", fmt.Sprintf("account %s: %d decisions costing %s in all cannot be billed (from seq %d): the balance would leave a bigint",
+			u.AccountID, u.Decisions, u.TotalCost, u.FirstSeq)})
 	}
 
 	parked, err := queries.StripeEventsParkedUnreviewed(ctx, now.Add(-parkedAfter))

@@ -25,7 +25,13 @@ type BillReport struct {
 	// bills them once it does. WaitingAccounts names those accounts (at most maxWaitingNamed).
 	Waiting         int64
 	WaitingAccounts []string
-	// firstWaitingSeq is the lowest seq of a waiting decision (0: none): the cursor stops before it.
+	// OutOfRange counts decisions left unbilled because billing them would carry their account's
+	// balance beyond a bigint; the chunk bills the other accounts. OutOfRangeAccounts names those
+	// accounts (at most maxWaitingNamed). They stay unbilled until an operator acts; verify reports them.
+	OutOfRange         int64
+	OutOfRangeAccounts []string
+	// firstWaitingSeq is the lowest seq of a decision left unbilled, waiting or out of range (0:
+	// none): the cursor stops before it.
 	firstWaitingSeq int64
 	Elapsed         time.Duration
 }
@@ -84,6 +90,13 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 		}
 		chunk.WaitingAccounts = append(chunk.WaitingAccounts, w.AccountID)
 	}
+	for _, u := range billed.Unbillable {
+		chunk.OutOfRange += u.Decisions
+		chunk.OutOfRangeAccounts = append(chunk.OutOfRangeAccounts, u.AccountID)
+		if chunk.firstWaitingSeq == 0 || u.FirstSeq < chunk.firstWaitingSeq {
+			chunk.firstWaitingSeq = u.FirstSeq
+		}
+	}
 	rep.add(chunk)
 	r.metrics.BilledDecisions.Add(float64(chunk.Billed))
 	return billed.UptoSeq, nil
@@ -99,9 +112,17 @@ func (rep *BillReport) add(chunk BillReport) {
 	if chunk.firstWaitingSeq != 0 && (rep.firstWaitingSeq == 0 || chunk.firstWaitingSeq < rep.firstWaitingSeq) {
 		rep.firstWaitingSeq = chunk.firstWaitingSeq
 	}
-	for _, id := range chunk.WaitingAccounts {
-		if len(rep.WaitingAccounts) < maxWaitingNamed && !slices.Contains(rep.WaitingAccounts, id) {
-			rep.WaitingAccounts = append(rep.WaitingAccounts, id)
+	rep.OutOfRange += chunk.OutOfRange
+	rep.WaitingAccounts = addNamed(rep.WaitingAccounts, chunk.WaitingAccounts)
+	rep.OutOfRangeAccounts = addNamed(rep.OutOfRangeAccounts, chunk.OutOfRangeAccounts)
+}
+
+// addNamed adds the ids not named yet to named, up to maxWaitingNamed of them.
+func addNamed(named, ids []string) []string {
+	for _, id := range ids {
+		if len(named) < maxWaitingNamed && !slices.Contains(named, id) {
+			named = append(named, id)
 		}
 	}
+	return named
 }

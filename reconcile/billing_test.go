@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
@@ -233,4 +235,53 @@ func TestBillingCatchesADecisionCommittedBelowTheCursor(t *testing.T) {
 		t.Fatalf("pass after the late commit: full=%v %+v %v", rep.Full, rep.Bill, err)
 	}
 	assertBilledOnce(t, pool, 2)
+}
+
+// TestBillingLeavesOutAnAccountBeyondABigint: 10,000 decisions of 10^15 on one account (10^19 in all,
+// beyond a bigint) and one decision of 5 on another, in one chunk: the other account is billed, the
+// overflowing one is left unbilled and reported (pass report, metric, verify), every pass after.
+func TestBillingLeavesOutAnAccountBeyondABigint(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	seedAccounts(t, pool, 2)
+	_, err := pool.Exec(ctx, `
+		INSERT INTO decisions (id, account_id, cost)
+		SELECT 'dec_huge_' || g, 'acct_1', 1000000000000000 FROM generate_series(1, 10000) g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_small', 'acct_2', 5)`); err != nil {
+		t.Fatal(err)
+	}
+	metrics := reconcile.NewMetrics(nil)
+	r := reconcile.New(reconcile.Deps{Pool: pool, Metrics: metrics}, reconcile.Options{})
+	for pass := range 2 {
+		rep, err := r.Pass(ctx)
+		if err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		wantBilled := int64(1)
+		if pass > 0 {
+			wantBilled = 0
+		}
+		if b := rep.Bill; b.Billed != wantBilled || b.OutOfRange != 10_000 || len(b.OutOfRangeAccounts) != 1 || b.OutOfRangeAccounts[0] != "acct_1" {
+			t.Fatalf("pass %d: billed %d, out of range %d %v; want %d billed and acct_1's 10000 left out", pass, b.Billed, b.OutOfRange, b.OutOfRangeAccounts, wantBilled)
+		}
+		if got := testutil.ToFloat64(metrics.OutOfRange); got != 10_000 {
+			t.Fatalf("pass %d: out_of_range_decisions = %v, want 10000", pass, got)
+		}
+	}
+	var b1, b2, usage int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT balance FROM accounts WHERE id = 'acct_1'), (SELECT balance FROM accounts WHERE id = 'acct_2'),
+		(SELECT count(*) FROM ledger)`).Scan(&b1, &b2, &usage); err != nil {
+		t.Fatal(err)
+	}
+	if b1 != 0 || b2 != -5 || usage != 1 {
+		t.Fatalf("balances %d and %d with %d entries; want 0, -5 and the one usage entry", b1, b2, usage)
+	}
+	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour)
+	if err != nil || len(violations) != 1 || violations[0].Check != "unbillable" || !strings.Contains(violations[0].Detail, "acct_1") {
+		t.Fatalf("verify = %v, %v; want the one unbillable account acct_1", violations, err)
+	}
 }

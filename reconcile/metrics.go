@@ -14,6 +14,9 @@ type Metrics struct {
 	// Waiting is the number of decisions the last pass left unbilled because their account does not
 	// exist yet.
 	Waiting prometheus.Gauge
+	// OutOfRange is the number of decisions the last pass could not bill because their account's
+	// balance would leave a bigint.
+	OutOfRange prometheus.Gauge
 }
 
 // NewMetrics creates the counters and registers them on reg; with a nil reg they count without being
@@ -37,9 +40,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "onceledger", Subsystem: "reconcile", Name: "waiting_decisions",
 			Help: "Decisions the last pass could not bill yet because their account does not exist.",
 		}),
+		OutOfRange: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "out_of_range_decisions",
+			Help: "Decisions the last pass could not bill because their account's balance would leave a bigint.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting)
+		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.OutOfRange)
 	}
 	return m
 }

@@ -140,6 +140,7 @@ func (r *Reconciler) advance(rep BillReport, full bool, started time.Time) {
 	defer r.mu.Unlock()
 	r.metrics.LastBilled.Set(float64(started.UnixNano()) / 1e9)
 	r.metrics.Waiting.Set(float64(rep.Waiting))
+	r.metrics.OutOfRange.Set(float64(rep.OutOfRange))
 	r.cursor = rep.LastSeq
 	if rep.firstWaitingSeq != 0 {
 		r.cursor = min(r.cursor, rep.firstWaitingSeq-1)

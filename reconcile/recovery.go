@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -21,6 +22,9 @@ type RecoveryReport struct {
 	// Listed events were undelivered; Applied were processed now; Duplicates had been processed
 	// before (by the webhook or an earlier pass) and did nothing; Failed could not be processed.
 	Listed, Applied, Duplicates, Failed int
+	// Unrequested events were listed although not of a requested type: neither applied nor counted
+	// as recovered.
+	Unrequested int
 }
 
 // Recover lists the Stripe events of the handled types whose delivery has not succeeded, created
@@ -51,6 +55,10 @@ func (r *Reconciler) Recover(ctx context.Context) (RecoveryReport, error) {
 	for it.Next() {
 		event := it.Event()
 		rep.Listed++
+		if !slices.Contains(stripeevents.MoneyMovingTypes, string(event.Type)) {
+			rep.Unrequested++
+			continue
+		}
 		duplicate, err := r.process(ctx, event)
 		switch {
 		case err != nil:

@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -108,4 +109,36 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("%s is not registered", name)
 	return 0
+}
+
+// TestRecoveryCountsOnlyRequestedTypes: an event the listing returns outside the requested types is
+// neither applied nor counted as recovered.
+func TestRecoveryCountsOnlyRequestedTypes(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	stripeAPI := stripefake.New()
+	t.Cleanup(stripeAPI.Close)
+	other := bytes.Replace(eventJSON("evt_other", time.Now()), []byte("checkout.session.completed"), []byte("customer.created"), 1)
+	stripeAPI.SetEvents(eventJSON("evt_handled", time.Now()), other)
+	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL)
+	reg := prometheus.NewRegistry()
+	r := reconcile.New(reconcile.Deps{
+		Pool:    pool,
+		Stripe:  stripe,
+		Events:  &stripeevents.Processor{Pool: pool, Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Metrics: reconcile.NewMetrics(reg),
+	}, reconcile.Options{})
+
+	rep, err := r.Recover(ctx)
+	if err != nil || rep.Listed != 2 || rep.Applied != 1 || rep.Unrequested != 1 {
+		t.Fatalf("report %+v %v; want 2 listed, 1 applied, 1 unrequested", rep, err)
+	}
+	if got := counterValue(t, reg, "onceledger_reconcile_recovered_events_total"); got != 1 {
+		t.Fatalf("recovered events counter = %v, want 1", got)
+	}
+	var stored int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM stripe_events`).Scan(&stored); err != nil || stored != 1 {
+		t.Fatalf("stripe_events holds %d events (%v), want only the handled one", stored, err)
+	}
 }

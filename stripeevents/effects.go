@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/onceledger/onceledger/db"
@@ -24,6 +25,14 @@ var MoneyMovingTypes = []string{
 	"charge.dispute.closed",
 	"charge.dispute.funds_withdrawn",
 	"charge.dispute.funds_reinstated",
+}
+
+// recordedTypes describe a payment the Checkout Session already credits: kept, never credited.
+var recordedTypes = []string{"payment_intent.succeeded", "charge.succeeded"}
+
+// Handles reports whether effects knows eventType (every other type is recorded as ignored).
+func Handles(eventType string) bool {
+	return slices.Contains(MoneyMovingTypes, eventType) || slices.Contains(recordedTypes, eventType)
 }
 
 // effects applies ev by its object's current state. Every entry it posts has a dedupe key naming the
@@ -93,6 +102,9 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	}
 	if s.ID == "" || s.AmountTotal <= 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
+	}
+	if s.AmountTotal > db.MaxAmount {
+		return outcome{}, park(ReasonAmountOutOfRange, paymentIntent)
 	}
 	accountID := s.accountID()
 	// An order created through the API names its account; the session's metadata is a copy of it.
@@ -259,6 +271,9 @@ func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, pa
 		if !strings.EqualFold(r.currency, acct.Currency) {
 			return outcome{}, park(ReasonCurrencyMismatch, paymentIntent)
 		}
+		if r.amount > db.MaxAmount {
+			return outcome{}, park(ReasonAmountOutOfRange, paymentIntent)
+		}
 		posted, err := p.post(ctx, tx, &out, db.Posting{
 			AccountID: acct.ID, Kind: r.kind, Amount: -r.amount, Description: r.description,
 			DedupeKey: r.key, PaymentIntent: paymentIntent,
@@ -323,11 +338,16 @@ func account(ctx context.Context, tx db.Tx, id, currency, paymentIntent string) 
 }
 
 // post posts one entry and notes its key when it was new. A key already posted with other parameters
-// parks the event as dedupe_conflict: a bug or an attack, never a replay.
+// parks the event as dedupe_conflict: a bug or an attack, never a replay. A balance that would leave
+// a bigint parks it as amount_out_of_range (the failed statement is rolled back with the effects'
+// savepoint).
 func (p *Processor) post(ctx context.Context, tx db.Tx, out *outcome, posting db.Posting) (bool, error) {
 	posted, err := p.Ledger.Post(ctx, tx, posting)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		return false, &parked{reason: ReasonDedupeConflict, paymentIntent: posting.PaymentIntent, cause: err}
+	}
+	if errors.Is(err, db.ErrOutOfRange) {
+		return false, &parked{reason: ReasonAmountOutOfRange, paymentIntent: posting.PaymentIntent, cause: err}
 	}
 	if err != nil {
 		return false, err

@@ -29,8 +29,18 @@ type event struct {
 
 func (e event) createdAt() time.Time { return time.Unix(e.Created, 0).UTC() }
 
-// maxCreated is the last second of the year 9999, the latest created parseEvent accepts.
-const maxCreated = 253402300799
+// Bounds on what a signed event may hold, so that hostile but signed input is refused (400) before
+// anything is written, instead of failing a write (an index row too large, a timestamp out of range).
+const (
+	// maxIDLength bounds every Stripe id read (event, session, payment_intent, charge, refund,
+	// dispute); Stripe's are far shorter.
+	maxIDLength = 255
+)
+
+var (
+	earliestCreated = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	latestCreated   = time.Date(2100, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
+)
 
 // parseEvent reads the envelope; every error wraps ErrInvalidEvent.
 func parseEvent(raw []byte) (event, error) {
@@ -41,9 +51,14 @@ func parseEvent(raw []byte) (event, error) {
 	if !strings.HasPrefix(ev.ID, "evt_") || ev.Type == "" || len(ev.Data.Object) == 0 {
 		return event{}, fmt.Errorf("%w: an event needs an evt_ id, a type and data.object", ErrInvalidEvent)
 	}
-	if ev.Created < 0 || ev.Created > maxCreated {
-		// Stored as a timestamptz: a time PostgreSQL cannot hold would fail the insert, not the body.
-		return event{}, fmt.Errorf("%w: created %d is not a Unix time up to the year 9999", ErrInvalidEvent, ev.Created)
+	if err := checkIDs(ev.ID, ev.paymentIntent()); err != nil {
+		return event{}, err
+	}
+	if ev.Created < earliestCreated || ev.Created > latestCreated {
+		return event{}, fmt.Errorf("%w: created %d is not a time between 2000 and 2100", ErrInvalidEvent, ev.Created)
+	}
+	if len(ev.Type) > maxIDLength {
+		return event{}, fmt.Errorf("%w: the type is longer than %d characters", ErrInvalidEvent, maxIDLength)
 	}
 	if err := storable(raw); err != nil {
 		return event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
@@ -117,12 +132,25 @@ func (e event) paymentIntent() string {
 	return o.PaymentIntent.ID
 }
 
-// object decodes data.object into dst.
-func (e event) object(dst any) error {
+// checkIDs refuses an id longer than maxIDLength.
+func checkIDs(ids ...string) error {
+	for _, id := range ids {
+		if len(id) > maxIDLength {
+			return fmt.Errorf("%w: an id of %d characters (at most %d)", ErrInvalidEvent, len(id), maxIDLength)
+		}
+	}
+	return nil
+}
+
+// identified is a payload object that names other Stripe objects by id.
+type identified interface{ ids() []string }
+
+// object decodes data.object into dst and bounds the ids it names.
+func (e event) object(dst identified) error {
 	if err := json.Unmarshal(e.Data.Object, dst); err != nil {
 		return fmt.Errorf("%w: %s data.object: %w", ErrInvalidEvent, e.Type, err)
 	}
-	return nil
+	return checkIDs(dst.ids()...)
 }
 
 // ref is a field Stripe renders either as an id or, when expanded, as the object itself. The object's
@@ -162,6 +190,8 @@ type checkoutSession struct {
 	PaymentIntent     ref               `json:"payment_intent"`
 }
 
+func (s *checkoutSession) ids() []string { return []string{s.ID, s.PaymentIntent.ID} }
+
 // accountID is the account the session pays for: metadata.account_id, else client_reference_id.
 func (s checkoutSession) accountID() string {
 	if id := s.Metadata["account_id"]; id != "" {
@@ -180,6 +210,8 @@ type refund struct {
 	Charge        ref    `json:"charge"`
 }
 
+func (r *refund) ids() []string { return []string{r.ID, r.PaymentIntent.ID, r.Charge.ID} }
+
 // charge is a charge object as charge.refunded carries it. Its refunds list is absent on API versions
 // from 2022-11-15 on; amount_refunded is deliberately not read (it is cumulative).
 type charge struct {
@@ -190,6 +222,16 @@ type charge struct {
 		Data    []refund `json:"data"`
 		HasMore bool     `json:"has_more"`
 	} `json:"refunds"`
+}
+
+func (c *charge) ids() []string {
+	ids := []string{c.ID, c.PaymentIntent.ID}
+	if c.Refunds != nil {
+		for _, r := range c.Refunds.Data {
+			ids = append(ids, r.ids()...)
+		}
+	}
+	return ids
 }
 
 // listedRefunds returns the refunds the payload lists, and whether that list is complete.
@@ -214,6 +256,8 @@ type dispute struct {
 		} `json:"card"`
 	} `json:"payment_method_details"`
 }
+
+func (d *dispute) ids() []string { return []string{d.ID, d.PaymentIntent.ID, d.Charge.ID} }
 
 // isInquiry: an inquiry (a warning_* status, or case_type inquiry) moves no money.
 func (d dispute) isInquiry() bool {

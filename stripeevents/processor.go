@@ -41,6 +41,10 @@ const (
 	ReasonCurrencyMismatch      = "currency_mismatch"
 	ReasonDedupeConflict        = "dedupe_conflict"
 	ReasonRefundListUnavailable = "refund_list_unavailable"
+	// ReasonAmountOutOfRange: an amount above db.MaxAmount, or one that would carry the account's
+	// balance beyond a bigint. Moving it would halt (or wrap) the account's money; it waits for an
+	// operator instead.
+	ReasonAmountOutOfRange = "amount_out_of_range"
 )
 
 // Processor applies Stripe events.

@@ -89,6 +89,10 @@ func printReport(w io.Writer, rep reconcile.Report) {
 	}
 	fmt.Fprintf(w, "billed %d decisions (%d minor units) in a %s pass: read %d in %d chunks, seq %d to %d, %s (%.0f decisions/s)\n",
 		b.Billed, b.Amount, kind, b.Read, b.Chunks, b.FromSeq, b.LastSeq, b.Elapsed.Round(time.Millisecond), perSecond(b))
+	if b.OutOfRange > 0 {
+		fmt.Fprintf(w, "out of range: %d decisions cannot be billed without taking their account's balance beyond a bigint (left unbilled, the others billed): %s\n",
+			b.OutOfRange, strings.Join(b.OutOfRangeAccounts, ", "))
+	}
 	if b.Waiting > 0 {
 		fmt.Fprintf(w, "waiting: %d decisions name accounts that do not exist yet (billed once they do): %s\n",
 			b.Waiting, strings.Join(b.WaitingAccounts, ", "))
@@ -105,7 +109,7 @@ func printReport(w io.Writer, rep reconcile.Report) {
 // logReport logs a background pass: quietly when it found nothing to do.
 func logReport(log *slog.Logger, rep reconcile.Report, err error) {
 	b, rec := rep.Bill, rep.Recovery
-	attrs := []any{"full", rep.Full, "read", b.Read, "billed", b.Billed, "amount", b.Amount, "waiting", b.Waiting,
+	attrs := []any{"full", rep.Full, "read", b.Read, "billed", b.Billed, "amount", b.Amount, "waiting", b.Waiting, "out_of_range", b.OutOfRange,
 		"events_listed", rec.Listed, "events_applied", rec.Applied, "events_failed", rec.Failed}
 	switch {
 	case err != nil:

@@ -30,6 +30,31 @@ WHERE id = @id
   AND balance + @amount >= 0
 RETURNING balance;
 
+-- name: AccountsBalanceAddGroup :one
+-- Moves the cached balance by a posting group's entries (amounts, in the order they were inserted),
+-- in the transaction that inserted them, on the row the group locked. The no-overdraw rule is held
+-- here, not only by the group's plan: the update happens only if the running balance after each
+-- entry flagged no_overdraw (the arrays read in lockstep) is not below zero, exactly as
+-- AccountsBalanceAddNoOverdraw applied one entry at a time would allow. Entries not flagged (usage,
+-- reversals) may take it below zero. Returns no row when the account does not exist or a flagged
+-- entry would overdraw: the whole group then fails and nothing it inserted commits. Sums are numeric,
+-- so a total beyond bigint fails with numeric_value_out_of_range instead of wrapping.
+WITH steps AS (
+    SELECT (@no_overdraw::boolean[])[i] AS no_overdraw,
+           sum((@amounts::bigint[])[i]::numeric) OVER (ORDER BY i) AS running
+    FROM generate_subscripts(@amounts::bigint[], 1) AS i
+)
+UPDATE accounts a
+SET balance = (a.balance + coalesce((SELECT sum(x::numeric) FROM unnest(@amounts::bigint[]) AS x), 0))::bigint
+WHERE a.id = @id
+  AND NOT EXISTS (
+    SELECT 1
+    FROM steps
+    WHERE steps.no_overdraw
+      AND a.balance + steps.running < 0
+  )
+RETURNING a.balance;
+
 -- name: AccountsBalanceMismatches :many
 -- Accounts whose cached balance differs from the sum of their ledger entries (verify). Empty when the
 -- invariant holds.

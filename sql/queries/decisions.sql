@@ -50,3 +50,21 @@ WHERE d.seq > @after_seq::bigint
   AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
 GROUP BY d.account_id
 ORDER BY d.account_id;
+
+-- name: DecisionsUnbillableAccounts :many
+-- The existing accounts whose unbilled decisions with seq in (after_seq, upto_seq] cannot be billed
+-- because their sum, or the balance less that sum, would leave a bigint (numeric_value_out_of_range).
+-- Billing leaves those accounts out, so that one account cannot stop the others' billing; verify
+-- reports them (the whole seq range). Sums are numeric and cannot overflow here. Returns, per
+-- account, how many decisions wait, their total cost and the lowest seq among them.
+SELECT d.account_id, count(*)::bigint AS decisions, sum(d.cost::numeric)::text AS total_cost,
+       min(d.seq)::bigint AS first_seq
+FROM decisions d
+JOIN accounts a ON a.id = d.account_id
+WHERE d.seq > @after_seq::bigint
+  AND d.seq <= @upto_seq::bigint
+  -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
+GROUP BY d.account_id, a.balance
+HAVING least(-sum(d.cost::numeric), a.balance - sum(d.cost::numeric)) < -9223372036854775808
+ORDER BY d.account_id;

@@ -30,6 +30,45 @@ func (q *Queries) AccountsBalanceAdd(ctx context.Context, arg AccountsBalanceAdd
 	return balance, err
 }
 
+const accountsBalanceAddGroup = `-- name: AccountsBalanceAddGroup :one
+WITH steps AS (
+    SELECT ($3::boolean[])[i] AS no_overdraw,
+           sum(($1::bigint[])[i]::numeric) OVER (ORDER BY i) AS running
+    FROM generate_subscripts($1::bigint[], 1) AS i
+)
+UPDATE accounts a
+SET balance = (a.balance + coalesce((SELECT sum(x::numeric) FROM unnest($1::bigint[]) AS x), 0))::bigint
+WHERE a.id = $2
+  AND NOT EXISTS (
+    SELECT 1
+    FROM steps
+    WHERE steps.no_overdraw
+      AND a.balance + steps.running < 0
+  )
+RETURNING a.balance
+`
+
+type AccountsBalanceAddGroupParams struct {
+	Amounts    []int64
+	ID         string
+	NoOverdraw []bool
+}
+
+// Moves the cached balance by a posting group's entries (amounts, in the order they were inserted),
+// in the transaction that inserted them, on the row the group locked. The no-overdraw rule is held
+// here, not only by the group's plan: the update happens only if the running balance after each
+// entry flagged no_overdraw (the arrays read in lockstep) is not below zero, exactly as
+// AccountsBalanceAddNoOverdraw applied one entry at a time would allow. Entries not flagged (usage,
+// reversals) may take it below zero. Returns no row when the account does not exist or a flagged
+// entry would overdraw: the whole group then fails and nothing it inserted commits. Sums are numeric,
+// so a total beyond bigint fails with numeric_value_out_of_range instead of wrapping.
+func (q *Queries) AccountsBalanceAddGroup(ctx context.Context, arg AccountsBalanceAddGroupParams) (int64, error) {
+	row := q.db.QueryRow(ctx, accountsBalanceAddGroup, arg.Amounts, arg.ID, arg.NoOverdraw)
+	var balance int64
+	err := row.Scan(&balance)
+	return balance, err
+}
+
 const accountsBalanceAddNoOverdraw = `-- name: AccountsBalanceAddNoOverdraw :one
 UPDATE accounts
 SET balance = balance + $1

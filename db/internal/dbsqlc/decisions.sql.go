@@ -136,6 +136,62 @@ func (q *Queries) DecisionsLastSeq(ctx context.Context) (int64, error) {
 	return last_seq, err
 }
 
+const decisionsUnbillableAccounts = `-- name: DecisionsUnbillableAccounts :many
+SELECT d.account_id, count(*)::bigint AS decisions, sum(d.cost::numeric)::text AS total_cost,
+       min(d.seq)::bigint AS first_seq
+FROM decisions d
+JOIN accounts a ON a.id = d.account_id
+WHERE d.seq > $1::bigint
+  AND d.seq <= $2::bigint
+  -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
+GROUP BY d.account_id, a.balance
+HAVING least(-sum(d.cost::numeric), a.balance - sum(d.cost::numeric)) < -9223372036854775808
+ORDER BY d.account_id
+`
+
+type DecisionsUnbillableAccountsParams struct {
+	AfterSeq int64
+	UptoSeq  int64
+}
+
+type DecisionsUnbillableAccountsRow struct {
+	AccountID string
+	Decisions int64
+	TotalCost string
+	FirstSeq  int64
+}
+
+// The existing accounts whose unbilled decisions with seq in (after_seq, upto_seq] cannot be billed
+// because their sum, or the balance less that sum, would leave a bigint (numeric_value_out_of_range).
+// Billing leaves those accounts out, so that one account cannot stop the others' billing; verify
+// reports them (the whole seq range). Sums are numeric and cannot overflow here. Returns, per
+// account, how many decisions wait, their total cost and the lowest seq among them.
+func (q *Queries) DecisionsUnbillableAccounts(ctx context.Context, arg DecisionsUnbillableAccountsParams) ([]DecisionsUnbillableAccountsRow, error) {
+	rows, err := q.db.Query(ctx, decisionsUnbillableAccounts, arg.AfterSeq, arg.UptoSeq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DecisionsUnbillableAccountsRow{}
+	for rows.Next() {
+		var i DecisionsUnbillableAccountsRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.Decisions,
+			&i.TotalCost,
+			&i.FirstSeq,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const decisionsUnbilledByAccount = `-- name: DecisionsUnbilledByAccount :many
 SELECT d.account_id, count(*)::bigint AS decisions, min(d.seq)::bigint AS first_seq
 FROM decisions d
