@@ -56,7 +56,7 @@ func DecisionsWaitingForAccounts(ctx context.Context, q dbsqlc.DBTX, limit int32
 
 // BillingLag is how far usage billing is behind, among the latest Window decisions.
 type BillingLag struct {
-	Window int32
+	Window int64
 	// Unbilled counts those of the latest Window decisions whose account exists but that are not
 	// billed yet; equal to Window, the backlog may reach further back.
 	Unbilled int64
@@ -72,5 +72,5 @@ func MeasureBillingLag(ctx context.Context, q dbsqlc.DBTX, window int32) (Billin
 		return BillingLag{}, fmt.Errorf("measure billing lag: %w", MapError(err))
 	}
 	lag := time.Duration(max(r.LagSeconds, 0) * float64(time.Second)).Round(time.Second)
-	return BillingLag{Window: window, Unbilled: r.Unbilled, Lag: lag}, nil
+	return BillingLag{Window: int64(window), Unbilled: r.Unbilled, Lag: lag}, nil
 }
