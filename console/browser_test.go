@@ -53,7 +53,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.call(http.MethodPost, "/v1/decisions", `[{"id":"dec_b1","account_id":"acct_busy","cost":5},{"id":"dec_b2","account_id":"acct_busy","cost":5}]`, "")
 
 	// Any console page sends a visitor without a session to the login form.
-	b.run(chromedp.Navigate(s.url + "/console/"), chromedp.WaitVisible(chromedp.CSS("#key")))
+	b.run(chromedp.Navigate(s.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#key")))
 	b.screenshot("login")
 
 	// A wrong key cannot log in.
@@ -62,7 +62,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Submit(chromedp.CSS("#key")),
 		chromedp.WaitVisible(chromedp.CSS("#login-error")),
 	)
-	b.run(chromedp.Navigate(s.url + "/console/events"), chromedp.WaitVisible(chromedp.CSS("#key")))
+	b.run(chromedp.Navigate(s.url+"/console/events"), chromedp.WaitVisible(chromedp.CSS("#key")))
 
 	// The right key does: the overview counts both parked events.
 	b.run(
@@ -174,7 +174,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Logging out ends the session in this browser.
 	b.run(chromedp.Click(chromedp.CSS(".logout button")), chromedp.WaitVisible(chromedp.CSS("#key")))
-	b.run(chromedp.Navigate(s.url + "/console/"), chromedp.WaitVisible(chromedp.CSS("#key")))
+	b.run(chromedp.Navigate(s.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#key")))
 }
 
 // consoleServer is the real router on a fresh database, over HTTP.
