@@ -251,13 +251,18 @@ func (s *consoleServer) wantMoney(account string, balance int64, entries int) {
 	}
 }
 
-func (s *consoleServer) wantOutcome(eventID, outcome string) {
+func (s *consoleServer) event(eventID string) db.Event {
 	s.t.Helper()
 	ev, err := db.GetEvent(context.Background(), s.pool, eventID)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if ev.Outcome != outcome {
+	return ev
+}
+
+func (s *consoleServer) wantOutcome(eventID, outcome string) {
+	s.t.Helper()
+	if ev := s.event(eventID); ev.Outcome != outcome {
 		s.t.Fatalf("%s is %s, want %s", eventID, ev.Outcome, outcome)
 	}
 }
