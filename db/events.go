@@ -52,11 +52,7 @@ func ListEvents(ctx context.Context, q dbsqlc.DBTX, outcome string, afterSeq int
 	}
 	out := make([]Event, len(rows))
 	for i, r := range rows {
-		out[i] = Event{
-			ID: r.EventID, Seq: r.Seq, Type: r.Type, APIVersion: r.ApiVersion, Livemode: r.Livemode, Created: r.Created,
-			ReceivedAt: r.ReceivedAt, Outcome: r.Outcome, ParkedReason: deref(r.ParkedReason),
-			PaymentIntent: deref(r.PaymentIntent), OutcomeAt: r.OutcomeAt, ReviewedAt: r.ReviewedAt,
-		}
+		out[i] = eventFromListRow(r)
 	}
 	return out, nil
 }
@@ -72,13 +68,19 @@ func ParkedEventsOfPayment(ctx context.Context, q dbsqlc.DBTX, paymentIntent str
 	}
 	out := make([]Event, len(rows))
 	for i, r := range rows {
-		out[i] = Event{
-			ID: r.EventID, Seq: r.Seq, Type: r.Type, APIVersion: r.ApiVersion, Livemode: r.Livemode, Created: r.Created,
-			ReceivedAt: r.ReceivedAt, Outcome: r.Outcome, ParkedReason: deref(r.ParkedReason),
-			PaymentIntent: deref(r.PaymentIntent), OutcomeAt: r.OutcomeAt, ReviewedAt: r.ReviewedAt,
-		}
+		// The same columns as StripeEventsList's.
+		out[i] = eventFromListRow(dbsqlc.StripeEventsListRow(r))
 	}
 	return out, nil
+}
+
+// eventFromListRow is an event as listings read it: without its payload.
+func eventFromListRow(r dbsqlc.StripeEventsListRow) Event {
+	return Event{
+		ID: r.EventID, Seq: r.Seq, Type: r.Type, APIVersion: r.ApiVersion, Livemode: r.Livemode, Created: r.Created,
+		ReceivedAt: r.ReceivedAt, Outcome: r.Outcome, ParkedReason: deref(r.ParkedReason),
+		PaymentIntent: deref(r.PaymentIntent), OutcomeAt: r.OutcomeAt, ReviewedAt: r.ReviewedAt,
+	}
 }
 
 // MarkReviewed records that an operator looked at a parked event, so that verify stops reporting it
