@@ -18,7 +18,7 @@ DEV_API_KEY        := dev_key_local_only
 RUN_ADDR           := $(or $(ADDR),127.0.0.1:8080)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test verify generate lint bench demo clean
+.PHONY: help build run test verify generate lint bench demo clean chromium screenshots
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,8 +40,20 @@ run: build ## migrate and serve on 127.0.0.1:8080 with development defaults (no 
 	echo "" && \
 	exec $(ONCELEDGER) serve
 
-test: $(GOTESTSUM) ## run the whole suite against a real PostgreSQL (found or started)
+test: $(GOTESTSUM) chromium ## run the whole suite against a real PostgreSQL (found or started) and, for the console, headless Chromium
 	$(GOTESTSUM) --format pkgname-and-test-fails -- -race -count=1 -timeout 15m ./...
+
+# The console's browser tests drive Debian's chromium; they fail, never skip, without it.
+chromium: ## install Chromium for the console's browser tests when it is missing (apt as root, else says how)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	  else \
+	    echo 'Chromium is missing; install it with: sudo sh -c "apt-get update && apt-get install -y chromium"'; exit 1; \
+	  fi; }
+
+screenshots: chromium ## retake the console's screenshots into docs/console/ (the browser test, CONSOLE_SCREENSHOTS=1)
+	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./console
 
 verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body and JSON decoding
 	$(SQLC) diff

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/config"
@@ -17,7 +16,7 @@ import (
 
 // Deps is what the handlers need; the binary builds each of them once and hands them in.
 type Deps struct {
-	Pool   *pgxpool.Pool
+	Pool   *db.Pool
 	Log    *slog.Logger
 	Config config.Config
 	// Ledger posts every entry, so that its side effects (notifications) ride along.

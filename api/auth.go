@@ -7,14 +7,32 @@ import (
 	"strings"
 )
 
-// requireAPIKey lets a request through only with `Authorization: Bearer <key>` for one of keys.
-// Every key is compared, in constant time, on SHA-256 digests (equal lengths), so neither the
-// position nor the length of a configured key leaks through timing.
-func requireAPIKey(keys []string) func(http.Handler) http.Handler {
-	digests := make([][sha256.Size]byte, len(keys))
+// apiKeys are the configured API keys, kept as SHA-256 digests.
+type apiKeys [][sha256.Size]byte
+
+func newAPIKeys(keys []string) apiKeys {
+	digests := make(apiKeys, len(keys))
 	for i, k := range keys {
 		digests[i] = sha256.Sum256([]byte(k))
 	}
+	return digests
+}
+
+// match reports whether key is one of the keys. Every key is compared, in constant time, on SHA-256
+// digests (equal lengths), so neither the position nor the length of a configured key leaks through
+// timing. The API's bearer check and the console's login both ask it.
+func (k apiKeys) match(key string) bool {
+	got := sha256.Sum256([]byte(key))
+	match := 0
+	for _, d := range k {
+		match |= subtle.ConstantTimeCompare(got[:], d[:])
+	}
+	return match == 1
+}
+
+// requireAPIKey lets a request through only with `Authorization: Bearer <key>` for one of keys.
+func requireAPIKey(keys []string) func(http.Handler) http.Handler {
+	digests := newAPIKeys(keys)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := authenticate(digests, r.Header.Get("Authorization")); err != nil {
@@ -27,8 +45,8 @@ func requireAPIKey(keys []string) func(http.Handler) http.Handler {
 	}
 }
 
-func authenticate(digests [][sha256.Size]byte, header string) *Error {
-	if len(digests) == 0 {
+func authenticate(keys apiKeys, header string) *Error {
+	if len(keys) == 0 {
 		return unauthorized("api_keys_not_configured",
 			"no API keys are configured: set ONCELEDGER_API_KEYS (comma-separated) to enable /v1")
 	}
@@ -37,12 +55,7 @@ func authenticate(digests [][sha256.Size]byte, header string) *Error {
 	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
 		return unauthorized("missing_api_key", "send the header Authorization: Bearer YOUR_KEY")
 	}
-	got := sha256.Sum256([]byte(header[len(scheme):]))
-	match := 0
-	for _, d := range digests {
-		match |= subtle.ConstantTimeCompare(got[:], d[:])
-	}
-	if match != 1 {
+	if !keys.match(header[len(scheme):]) {
 		return unauthorized("invalid_api_key", "the API key is not valid")
 	}
 	return nil

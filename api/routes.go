@@ -18,6 +18,7 @@ func routes(d Deps) http.Handler {
 	r.Handle("/metrics", d.Metrics.Handler()).Methods(http.MethodGet)
 	r.Handle("/webhooks/stripe", handleStripeWebhook(d)).Methods(http.MethodPost)
 	r.Handle("/openapi.yaml", handleOpenAPI()).Methods(http.MethodGet)
+	r.PathPrefix("/console").Handler(handleConsole(d))
 
 	v1 := r.PathPrefix("/v1").Subrouter()
 	v1.Use(requireAPIKey(d.Config.APIKeys))

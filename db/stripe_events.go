@@ -135,13 +135,35 @@ func ListEvents(ctx context.Context, q Conn, outcome string, afterSeq int64, lim
 	}
 	out := make([]Event, len(rows))
 	for i, r := range rows {
-		out[i] = Event{
-			ID: r.EventID, Seq: r.Seq, Type: r.Type, APIVersion: r.APIVersion, Livemode: r.Livemode, Created: r.Created,
-			ReceivedAt: r.ReceivedAt, Outcome: r.Outcome, ParkedReason: deref(r.ParkedReason),
-			PaymentIntent: deref(r.PaymentIntent), OutcomeAt: r.OutcomeAt, ReviewedAt: r.ReviewedAt,
-		}
+		out[i] = eventFromListRow(r)
 	}
 	return out, nil
+}
+
+// ParkedEventsOfPayment returns at most limit parked events of one payment, in arrival order, for
+// operators. Payloads are left out.
+func ParkedEventsOfPayment(ctx context.Context, q Conn, paymentIntent string, limit int32) ([]Event, error) {
+	rows, err := dbsqlc.New(q).StripeEventsParkedByPaymentIntent(ctx, dbsqlc.StripeEventsParkedByPaymentIntentParams{
+		PaymentIntent: paymentIntent, MaxRows: limit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list parked events of %s: %w", paymentIntent, MapError(err))
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		// The same columns as StripeEventsList's.
+		out[i] = eventFromListRow(dbsqlc.StripeEventsListRow(r))
+	}
+	return out, nil
+}
+
+// eventFromListRow is an event as listings read it: without its payload.
+func eventFromListRow(r dbsqlc.StripeEventsListRow) Event {
+	return Event{
+		ID: r.EventID, Seq: r.Seq, Type: r.Type, APIVersion: r.APIVersion, Livemode: r.Livemode, Created: r.Created,
+		ReceivedAt: r.ReceivedAt, Outcome: r.Outcome, ParkedReason: deref(r.ParkedReason),
+		PaymentIntent: deref(r.PaymentIntent), OutcomeAt: r.OutcomeAt, ReviewedAt: r.ReviewedAt,
+	}
 }
 
 // MarkReviewed records that an operator looked at a parked event, so that verify stops reporting it

@@ -364,6 +364,14 @@ func TestDeliveryGivesUpAfterMaxAttempts(t *testing.T) {
 	if keys := recv.keys(); keys[id] != 4 {
 		t.Fatalf("receiver got %v, want %s 4 times", keys, id)
 	}
+	discarded, err := notify.ListDiscarded(ctx, pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(discarded) != 1 || discarded[0].ID != id || discarded[0].AccountID != "acct_giveup" ||
+		discarded[0].Amount != 100 || discarded[0].Attempts != 4 || discarded[0].LastError == "" {
+		t.Fatalf("ListDiscarded = %+v, want %s after 4 attempts with its last error", discarded, id)
+	}
 }
 
 // The signature on a real delivery verifies with the secret, and not with another secret, another

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
@@ -22,7 +21,7 @@ import (
 
 // Deps are what the reconciler works with.
 type Deps struct {
-	Pool *pgxpool.Pool
+	Pool *db.Pool
 	// Ledger's OnPosted hook receives every usage entry billing inserts, in the chunk's transaction.
 	Ledger db.Ledger
 	// Stripe and Events enable missed-event recovery; with either nil, recovery is skipped. Events is
@@ -52,7 +51,7 @@ type Options struct {
 // Reconciler bills decisions and recovers missed events. Its methods are safe for concurrent use,
 // and any number of reconcilers may share a database.
 type Reconciler struct {
-	pool          *pgxpool.Pool
+	pool          *db.Pool
 	ledger        db.Ledger
 	stripe        *client.API
 	events        *stripeevents.Processor

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
@@ -49,7 +48,7 @@ const (
 
 // Processor applies Stripe events.
 type Processor struct {
-	Pool *pgxpool.Pool
+	Pool *db.Pool
 	// Ledger posts every entry, so that its side effects ride in the same transaction.
 	Ledger db.Ledger
 	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
@@ -146,17 +145,82 @@ func (p *Processor) duplicate(ctx context.Context, ev event) Result {
 // outcome. Every effect is keyed, so replaying an applied event posts nothing; replaying a parked one
 // after its cause was fixed applies it. A never-received event is db.ErrNotFound.
 func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) {
-	stored, err := db.GetEvent(ctx, p.Pool, eventID)
+	ev, out, err := p.reapply(ctx, eventID, nil)
 	if err != nil {
 		return Result{EventID: eventID}, err
+	}
+	p.logOutcome(ctx, "stripe event replayed", ev, out)
+	return out.result(ev), nil
+}
+
+// DryRun is what a replay would do now, without doing it.
+type DryRun struct {
+	// Result is the replay's result: its outcome, parking reason and counts.
+	Result Result
+	// Entries are the entries the replay would post, in posting order, each with the balance its
+	// account would have after it. Empty when a replay would post nothing.
+	Entries []db.Posted
+}
+
+// DryRun runs Replay's code path in a transaction that is always rolled back, and returns what it
+// posted there: the entries a replay would post now. Entries are collected as they are posted
+// (OnPosted) and, before the rollback, kept only if the ledger inside the transaction still holds them
+// (an effect that parks rolls its savepoint back). Nothing is kept, not even the postings' side effects
+// (OnPosted's work rolls back with the rest), and no posting is counted (Observe). The answer can
+// differ from a later replay only if the ledger changes in between; replaying stays safe, since every
+// effect is keyed. A never-received event is db.ErrNotFound.
+func (p *Processor) DryRun(ctx context.Context, eventID string) (DryRun, error) {
+	var posted []db.Posted
+	dry := *p
+	dry.Ledger.Observe = nil
+	dry.Ledger.OnPosted = func(ctx context.Context, tx db.Tx, entries []db.Posted) error {
+		posted = append(posted, entries...)
+		if p.Ledger.OnPosted == nil {
+			return nil
+		}
+		return p.Ledger.OnPosted(ctx, tx, entries)
+	}
+	var kept []db.Posted
+	ev, out, err := dry.reapply(ctx, eventID, func(tx db.Tx) error {
+		ids := make([]int64, len(posted))
+		for i, e := range posted {
+			ids[i] = e.Entry.ID
+		}
+		present, err := db.PresentEntryIDs(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		for _, e := range posted {
+			if present[e.Entry.ID] {
+				kept = append(kept, e)
+			}
+		}
+		return errRolledBack
+	})
+	if err != nil {
+		return DryRun{Result: Result{EventID: eventID}}, err
+	}
+	return DryRun{Result: out.result(ev), Entries: kept}, nil
+}
+
+// errRolledBack ends a dry run's transaction: InTx rolls back on any error.
+var errRolledBack = errors.New("dry run: rolled back")
+
+// reapply applies a stored event again and records its outcome in one transaction. finish, when set,
+// runs last in that transaction; the transaction commits only when there is none, and a dry run's
+// finish ends it with errRolledBack.
+func (p *Processor) reapply(ctx context.Context, eventID string, finish func(tx db.Tx) error) (event, outcome, error) {
+	stored, err := db.GetEvent(ctx, p.Pool, eventID)
+	if err != nil {
+		return event{}, outcome{}, err
 	}
 	ev, err := parseEvent(stored.Payload)
 	if err != nil {
-		return Result{EventID: eventID}, err
+		return event{}, outcome{}, err
 	}
 	refunds, err := p.prefetchRefunds(ctx, ev)
 	if err != nil {
-		return Result{EventID: eventID}, err
+		return event{}, outcome{}, err
 	}
 	var out outcome
 	err = db.InTx(ctx, p.Pool, func(tx db.Tx) error {
@@ -167,13 +231,18 @@ func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) 
 		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
 			return err
 		}
-		return setOutcome(ctx, tx, ev.ID, out)
+		if err := setOutcome(ctx, tx, ev.ID, out); err != nil {
+			return err
+		}
+		if finish != nil {
+			return finish(tx)
+		}
+		return nil
 	})
-	if err != nil {
-		return Result{EventID: eventID}, fmt.Errorf("replay %s (%s): %w", ev.ID, ev.Type, err)
+	if err != nil && !errors.Is(err, errRolledBack) {
+		return event{}, outcome{}, fmt.Errorf("replay %s (%s): %w", ev.ID, ev.Type, err)
 	}
-	p.logOutcome(ctx, "stripe event replayed", ev, out)
-	return out.result(ev), nil
+	return ev, out, nil
 }
 
 // outcome is what applying one event did, before it is recorded.

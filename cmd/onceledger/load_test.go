@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -151,6 +152,13 @@ func (d *delivery) note(status string) {
 	d.statuses[status]++
 }
 
+// answers copies the counts, for a message written while senders still note theirs.
+func (d *delivery) answers() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.statuses)
+}
+
 func (d *delivery) count(status string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -170,7 +178,7 @@ func (w *workload) deliverAll(t *testing.T, url string, senders int, d *delivery
 		wg.Go(func() {
 			for i := s; i < len(order); i += senders {
 				if !send(client, url, w.events[order[i]], d) {
-					t.Errorf("event %d was never accepted; answers so far: %v", order[i], d.statuses)
+					t.Errorf("event %d was never accepted; answers so far: %v", order[i], d.answers())
 					return
 				}
 			}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/stripeevents"
@@ -37,6 +39,22 @@ func TestReplayAppliesParkedEventOnce(t *testing.T) {
 	}
 	vars := getenvFrom(map[string]string{"DATABASE_URL": url})
 
+	// A dry run prints the credit a replay would post, and posts nothing.
+	stdout := &output{}
+	if err := run(ctx, []string{"replay", "--dry-run", "evt_replay"}, vars, stdout, &output{}); err != nil {
+		t.Fatalf("replay --dry-run: %v\n%s", err, stdout)
+	}
+	if want := "evt_replay dry-run applied credited=true reversed=0 restored=0\n" +
+		"  + acct_late topup +700 stripe:evt_replay balance_after=700\n"; stdout.String() != want {
+		t.Fatalf("replay --dry-run printed\n%s\nwant\n%s", stdout, want)
+	}
+	if acct, err := db.GetAccount(ctx, pool, "acct_late"); err != nil || acct.Balance != 0 {
+		t.Fatalf("after a dry run: %+v, %v; want balance 0", acct, err)
+	}
+	if outcome := eventOutcome(t, pool, "evt_replay"); outcome != "parked" {
+		t.Fatalf("after a dry run the event is %s, want still parked", outcome)
+	}
+
 	for _, want := range []string{"evt_replay applied credited=true", "evt_replay applied credited=false"} {
 		stdout := &output{}
 		if err := run(ctx, []string{"replay", "evt_replay"}, vars, stdout, &output{}); err != nil {
@@ -54,11 +72,31 @@ func TestReplayAppliesParkedEventOnce(t *testing.T) {
 		t.Fatalf("balance %d after two replays, want 700", acct.Balance)
 	}
 
-	stdout := &output{}
+	// Once applied, a dry run finds nothing left to post.
+	stdout = &output{}
+	if err := run(ctx, []string{"replay", "--dry-run", "evt_replay"}, vars, stdout, &output{}); err != nil {
+		t.Fatalf("replay --dry-run: %v\n%s", err, stdout)
+	}
+	if want := "evt_replay dry-run applied credited=false reversed=0 restored=0\n  would post nothing\n"; stdout.String() != want {
+		t.Fatalf("replay --dry-run after the replay printed\n%s\nwant\n%s", stdout, want)
+	}
+
+	stdout = &output{}
 	if err := run(ctx, []string{"replay", "evt_never_received"}, vars, stdout, &output{}); err == nil || exitCode(err) != 1 {
 		t.Fatalf("replay of an unknown event: %v, want a failure\n%s", err, stdout)
 	}
-	if err := run(ctx, []string{"replay"}, vars, &output{}, &output{}); exitCode(err) != 2 {
-		t.Fatalf("replay without ids: %v, want a usage error", err)
+	for _, args := range [][]string{{"replay"}, {"replay", "--dry-run"}} {
+		if err := run(ctx, args, vars, &output{}, &output{}); exitCode(err) != 2 {
+			t.Fatalf("%v: %v, want a usage error", args, err)
+		}
 	}
+}
+
+func eventOutcome(t *testing.T, pool *pgxpool.Pool, eventID string) string {
+	t.Helper()
+	ev, err := db.GetEvent(context.Background(), pool, eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev.Outcome
 }

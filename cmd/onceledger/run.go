@@ -27,7 +27,9 @@ commands:
   reconcile [--once]    bill unbilled decisions and recover missed Stripe events (every RECONCILE_INTERVAL)
   verify                check every ledger invariant; non-zero exit on any violation
   review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
-  replay EVENT_ID...    re-apply stored Stripe events (parked ones after a fix); never doubles an effect
+  replay [--dry-run] EVENT_ID...
+                        re-apply stored Stripe events (parked ones after a fix); never doubles an effect;
+                        --dry-run prints the entries a replay would post, changing nothing
   demo [--url URL]      show every guarantee at work: on a scratch server, or driving the one at URL
   version               print the binary's version and schema version
 

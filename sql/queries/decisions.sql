@@ -68,3 +68,33 @@ WHERE d.seq > @after_seq::bigint
 GROUP BY d.account_id, a.balance
 HAVING least(-sum(d.cost::numeric), a.balance - sum(d.cost::numeric)) < -9223372036854775808
 ORDER BY d.account_id;
+
+-- name: DecisionsWaitingForAccounts :many
+-- Accounts that decisions name but that do not exist (yet): how many decisions wait for each, and
+-- since when. The reconciler bills them once the account is created. Reads every decision (an
+-- anti-join on accounts_pkey): for the operator console, not for a hot path.
+SELECT d.account_id,
+       count(*)::bigint AS decisions,
+       min(d.received_at)::timestamptz AS oldest_received_at
+FROM decisions d
+WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id)
+GROUP BY d.account_id
+ORDER BY decisions DESC, d.account_id
+LIMIT @max_rows;
+
+-- name: DecisionsBillingLag :one
+-- Among the latest recent decisions (by seq), those whose account exists but that are not billed yet:
+-- how many, and for how many seconds the oldest has waited, by the database's clock (0 when none):
+-- how far billing lags. Bounded to the latest decisions so that it costs one probe of ledger_dedupe_idx per decision
+-- looked at; an unbilled count equal to recent says the backlog may reach further back.
+SELECT count(*)::bigint AS unbilled,
+       coalesce(extract(epoch FROM now() - min(d.received_at)), 0)::float8 AS lag_seconds
+FROM (
+    SELECT id, account_id, received_at
+    FROM decisions
+    ORDER BY seq DESC
+    LIMIT @recent::int
+) d
+WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id)
+  -- A scalar subquery per decision, as in DecisionsUnbilledByAccount: one index probe each.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL;

@@ -114,3 +114,34 @@ SELECT i.id, i.account_id, i.amount, i.description, i.dedupe_key::text AS dedupe
 FROM inserted i
 JOIN updated u ON u.id = i.account_id
 ORDER BY i.id;
+
+-- name: LedgerPresentIDs :many
+-- Which of ids the ledger holds, as the caller's transaction sees it: a dry run keeps only the entries
+-- its rolled-back transaction still holds (an effect that parks rolls its own postings back).
+SELECT id
+FROM ledger
+WHERE id = ANY(@ids::bigint[]);
+
+-- name: LedgerTimelineByAccount :many
+-- An account's newest entries (at most max_rows), newest first, each with its account's balance right
+-- after it: the running sum of the account's entries up to and including it, from the ledger itself
+-- (not the cached balance), so a broken cache shows as a difference. A window sum over every entry of
+-- the account (ledger_account_id_idx in id order), until entries record their balance_after.
+SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after
+FROM (
+    SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at,
+           (sum(amount) OVER (ORDER BY id))::bigint AS balance_after
+    FROM ledger
+    WHERE account_id = @account_id
+) timeline
+ORDER BY id DESC
+LIMIT @max_rows;
+
+-- name: LedgerListByPaymentIntent :many
+-- The entries of one Stripe payment (its credit, refunds, disputes and their restores) in posting
+-- order, through ledger_payment_intent_idx.
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at
+FROM ledger
+WHERE payment_intent = @payment_intent::text
+ORDER BY id
+LIMIT @max_rows;

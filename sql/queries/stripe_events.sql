@@ -79,3 +79,26 @@ WHERE event_id = @event_id
 -- Whether the event was already recorded. A read before the transaction, to spare a redelivery work
 -- it does not need (listing a charge's refunds from Stripe); StripeEventsInsert, not this, decides.
 SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = @event_id) AS recorded;
+
+-- name: StripeEventsParkedByReason :many
+-- Parked events per parking reason (the operator console's overview): how many, how many no operator
+-- has reviewed, and when the oldest arrived. Reads only parked rows (stripe_events_outcome_seq_idx).
+SELECT parked_reason::text AS parked_reason,
+       count(*)::bigint AS events,
+       (count(*) FILTER (WHERE reviewed_at IS NULL))::bigint AS unreviewed,
+       min(received_at)::timestamptz AS oldest_received_at
+FROM stripe_events
+WHERE outcome = 'parked'
+GROUP BY parked_reason
+ORDER BY parked_reason;
+
+-- name: StripeEventsParkedByPaymentIntent :many
+-- The parked events of one payment, in arrival order (the console's search). Only parked ones:
+-- stripe_events_parked_payment_idx covers those, and the applied events of a payment are found
+-- through its entries' dedupe keys and its order's paid_event_id instead.
+SELECT event_id, seq, type, api_version, livemode, created, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND payment_intent = @payment_intent::text
+ORDER BY seq
+LIMIT @max_rows;

@@ -10,6 +10,36 @@ import (
 	"time"
 )
 
+const decisionsBillingLag = `-- name: DecisionsBillingLag :one
+SELECT count(*)::bigint AS unbilled,
+       coalesce(extract(epoch FROM now() - min(d.received_at)), 0)::float8 AS lag_seconds
+FROM (
+    SELECT id, account_id, received_at
+    FROM decisions
+    ORDER BY seq DESC
+    LIMIT $1::int
+) d
+WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id)
+  -- A scalar subquery per decision, as in DecisionsUnbilledByAccount: one index probe each.
+  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
+`
+
+type DecisionsBillingLagRow struct {
+	Unbilled   int64
+	LagSeconds float64
+}
+
+// Among the latest recent decisions (by seq), those whose account exists but that are not billed yet:
+// how many, and for how many seconds the oldest has waited, by the database's clock (0 when none):
+// how far billing lags. Bounded to the latest decisions so that it costs one probe of ledger_dedupe_idx per decision
+// looked at; an unbilled count equal to recent says the backlog may reach further back.
+func (q *Queries) DecisionsBillingLag(ctx context.Context, recent int32) (DecisionsBillingLagRow, error) {
+	row := q.db.QueryRow(ctx, decisionsBillingLag, recent)
+	var i DecisionsBillingLagRow
+	err := row.Scan(&i.Unbilled, &i.LagSeconds)
+	return i, err
+}
+
 const decisionsChunkEnd = `-- name: DecisionsChunkEnd :one
 SELECT coalesce(max(seq), $1::bigint)::bigint AS upto_seq, count(*)::bigint AS decisions
 FROM (
@@ -229,6 +259,46 @@ func (q *Queries) DecisionsUnbilledByAccount(ctx context.Context, arg DecisionsU
 	for rows.Next() {
 		var i DecisionsUnbilledByAccountRow
 		if err := rows.Scan(&i.AccountID, &i.Decisions, &i.FirstSeq); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const decisionsWaitingForAccounts = `-- name: DecisionsWaitingForAccounts :many
+SELECT d.account_id,
+       count(*)::bigint AS decisions,
+       min(d.received_at)::timestamptz AS oldest_received_at
+FROM decisions d
+WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id)
+GROUP BY d.account_id
+ORDER BY decisions DESC, d.account_id
+LIMIT $1
+`
+
+type DecisionsWaitingForAccountsRow struct {
+	AccountID        string
+	Decisions        int64
+	OldestReceivedAt time.Time
+}
+
+// Accounts that decisions name but that do not exist (yet): how many decisions wait for each, and
+// since when. The reconciler bills them once the account is created. Reads every decision (an
+// anti-join on accounts_pkey): for the operator console, not for a hot path.
+func (q *Queries) DecisionsWaitingForAccounts(ctx context.Context, maxRows int32) ([]DecisionsWaitingForAccountsRow, error) {
+	rows, err := q.db.Query(ctx, decisionsWaitingForAccounts, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DecisionsWaitingForAccountsRow{}
+	for rows.Next() {
+		var i DecisionsWaitingForAccountsRow
+		if err := rows.Scan(&i.AccountID, &i.Decisions, &i.OldestReceivedAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

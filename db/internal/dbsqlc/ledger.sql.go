@@ -250,6 +250,50 @@ func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []strin
 	return items, nil
 }
 
+const ledgerListByPaymentIntent = `-- name: LedgerListByPaymentIntent :many
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at
+FROM ledger
+WHERE payment_intent = $1::text
+ORDER BY id
+LIMIT $2
+`
+
+type LedgerListByPaymentIntentParams struct {
+	PaymentIntent string
+	MaxRows       int32
+}
+
+// The entries of one Stripe payment (its credit, refunds, disputes and their restores) in posting
+// order, through ledger_payment_intent_idx.
+func (q *Queries) LedgerListByPaymentIntent(ctx context.Context, arg LedgerListByPaymentIntentParams) ([]LedgerEntry, error) {
+	rows, err := q.db.Query(ctx, ledgerListByPaymentIntent, arg.PaymentIntent, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerEntry{}
+	for rows.Next() {
+		var i LedgerEntry
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.Kind,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.PaymentIntent,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ledgerOverReversedPayments = `-- name: LedgerOverReversedPayments :many
 SELECT payment_intent::text AS payment_intent,
        coalesce(sum(amount) FILTER (WHERE kind = 'topup'), 0)::bigint AS credited,
@@ -281,6 +325,95 @@ func (q *Queries) LedgerOverReversedPayments(ctx context.Context) ([]LedgerOverR
 	for rows.Next() {
 		var i LedgerOverReversedPaymentsRow
 		if err := rows.Scan(&i.PaymentIntent, &i.Credited, &i.NetReversed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ledgerPresentIDs = `-- name: LedgerPresentIDs :many
+SELECT id
+FROM ledger
+WHERE id = ANY($1::bigint[])
+`
+
+// Which of ids the ledger holds, as the caller's transaction sees it: a dry run keeps only the entries
+// its rolled-back transaction still holds (an effect that parks rolls its own postings back).
+func (q *Queries) LedgerPresentIDs(ctx context.Context, ids []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, ledgerPresentIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ledgerTimelineByAccount = `-- name: LedgerTimelineByAccount :many
+SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after
+FROM (
+    SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at,
+           (sum(amount) OVER (ORDER BY id))::bigint AS balance_after
+    FROM ledger
+    WHERE account_id = $1
+) timeline
+ORDER BY id DESC
+LIMIT $2
+`
+
+type LedgerTimelineByAccountParams struct {
+	AccountID string
+	MaxRows   int32
+}
+
+type LedgerTimelineByAccountRow struct {
+	ID            int64
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     *string
+	PaymentIntent *string
+	CreatedAt     time.Time
+	BalanceAfter  int64
+}
+
+// An account's newest entries (at most max_rows), newest first, each with its account's balance right
+// after it: the running sum of the account's entries up to and including it, from the ledger itself
+// (not the cached balance), so a broken cache shows as a difference. A window sum over every entry of
+// the account (ledger_account_id_idx in id order), until entries record their balance_after.
+func (q *Queries) LedgerTimelineByAccount(ctx context.Context, arg LedgerTimelineByAccountParams) ([]LedgerTimelineByAccountRow, error) {
+	rows, err := q.db.Query(ctx, ledgerTimelineByAccount, arg.AccountID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerTimelineByAccountRow{}
+	for rows.Next() {
+		var i LedgerTimelineByAccountRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Kind,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.PaymentIntent,
+			&i.CreatedAt,
+			&i.BalanceAfter,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

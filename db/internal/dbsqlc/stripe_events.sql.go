@@ -202,6 +202,116 @@ func (q *Queries) StripeEventsMarkReviewed(ctx context.Context, eventID string) 
 	return result.RowsAffected(), nil
 }
 
+const stripeEventsParkedByPaymentIntent = `-- name: StripeEventsParkedByPaymentIntent :many
+SELECT event_id, seq, type, api_version, livemode, created, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND payment_intent = $1::text
+ORDER BY seq
+LIMIT $2
+`
+
+type StripeEventsParkedByPaymentIntentParams struct {
+	PaymentIntent string
+	MaxRows       int32
+}
+
+type StripeEventsParkedByPaymentIntentRow struct {
+	EventID       string
+	Seq           int64
+	Type          string
+	APIVersion    string
+	Livemode      bool
+	Created       time.Time
+	ReceivedAt    time.Time
+	Outcome       string
+	ParkedReason  *string
+	PaymentIntent *string
+	OutcomeAt     time.Time
+	ReviewedAt    *time.Time
+}
+
+// The parked events of one payment, in arrival order (the console's search). Only parked ones:
+// stripe_events_parked_payment_idx covers those, and the applied events of a payment are found
+// through its entries' dedupe keys and its order's paid_event_id instead.
+func (q *Queries) StripeEventsParkedByPaymentIntent(ctx context.Context, arg StripeEventsParkedByPaymentIntentParams) ([]StripeEventsParkedByPaymentIntentRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedByPaymentIntent, arg.PaymentIntent, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedByPaymentIntentRow{}
+	for rows.Next() {
+		var i StripeEventsParkedByPaymentIntentRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.Seq,
+			&i.Type,
+			&i.APIVersion,
+			&i.Livemode,
+			&i.Created,
+			&i.ReceivedAt,
+			&i.Outcome,
+			&i.ParkedReason,
+			&i.PaymentIntent,
+			&i.OutcomeAt,
+			&i.ReviewedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stripeEventsParkedByReason = `-- name: StripeEventsParkedByReason :many
+SELECT parked_reason::text AS parked_reason,
+       count(*)::bigint AS events,
+       (count(*) FILTER (WHERE reviewed_at IS NULL))::bigint AS unreviewed,
+       min(received_at)::timestamptz AS oldest_received_at
+FROM stripe_events
+WHERE outcome = 'parked'
+GROUP BY parked_reason
+ORDER BY parked_reason
+`
+
+type StripeEventsParkedByReasonRow struct {
+	ParkedReason     string
+	Events           int64
+	Unreviewed       int64
+	OldestReceivedAt time.Time
+}
+
+// Parked events per parking reason (the operator console's overview): how many, how many no operator
+// has reviewed, and when the oldest arrived. Reads only parked rows (stripe_events_outcome_seq_idx).
+func (q *Queries) StripeEventsParkedByReason(ctx context.Context) ([]StripeEventsParkedByReasonRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedByReason)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedByReasonRow{}
+	for rows.Next() {
+		var i StripeEventsParkedByReasonRow
+		if err := rows.Scan(
+			&i.ParkedReason,
+			&i.Events,
+			&i.Unreviewed,
+			&i.OldestReceivedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
 SELECT event_id, payload
 FROM stripe_events
