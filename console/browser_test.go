@@ -17,13 +17,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/stripeevents"
 )
 
 const (
@@ -181,7 +181,7 @@ func TestConsoleInBrowser(t *testing.T) {
 type consoleServer struct {
 	t    *testing.T
 	url  string
-	pool *pgxpool.Pool
+	pool *db.Pool
 }
 
 func newConsoleServer(t *testing.T) *consoleServer {
@@ -189,7 +189,13 @@ func newConsoleServer(t *testing.T) *consoleServer {
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Log: log, Config: cfg}))
+	// Wired as the binary wires it: one Ledger, Poster and event processor (no Stripe key here).
+	var ledger db.Ledger
+	srv := httptest.NewServer(api.NewHandler(api.Deps{
+		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
+		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
+		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log},
+	}))
 	t.Cleanup(srv.Close)
 	return &consoleServer{t: t, url: srv.URL, pool: pool}
 }
