@@ -19,12 +19,13 @@ type decisionJSON struct {
 	AccountID  string  `json:"account_id"`
 	Cost       *int64  `json:"cost"`
 	OccurredAt *string `json:"occurred_at"`
+	HoldID     string  `json:"hold_id"` // empty: none
 }
 
 // handlePostDecisions stores a batch of decisions in one statement, idempotently by decision id
 // (decisions_pkey). The whole batch is checked before anything is written, so a bad item writes
 // nothing. An id stored before (or earlier in the batch) with the same account and cost is a
-// duplicate; with another account or cost it is a conflict, reported and left as first stored.
+// duplicate; with another account, cost or hold it is a conflict, reported and left as first stored.
 func handlePostDecisions(d Deps) http.Handler {
 	type response struct {
 		Accepted   int      `json:"accepted"`
@@ -60,6 +61,7 @@ func handlePostDecisions(d Deps) http.Handler {
 			params.AccountIds = append(params.AccountIds, dec.AccountID)
 			params.Costs = append(params.Costs, *dec.Cost)
 			params.OccurredAts = append(params.OccurredAts, occurredAt[i])
+			params.HoldIds = append(params.HoldIds, dec.HoldID)
 		}
 		q := dbsqlc.New(d.Pool)
 		inserted, err := q.DecisionsInsert(r.Context(), params)
@@ -86,7 +88,7 @@ func handlePostDecisions(d Deps) http.Handler {
 		for _, dec := range batch {
 			row := stored[dec.ID]
 			switch {
-			case row.AccountID != dec.AccountID || row.Cost != *dec.Cost:
+			case row.AccountID != dec.AccountID || row.Cost != *dec.Cost || storedHoldID(row) != dec.HoldID:
 				if !conflicted[dec.ID] {
 					conflicted[dec.ID] = true
 					out.Conflicts = append(out.Conflicts, dec.ID)
@@ -101,6 +103,14 @@ func handlePostDecisions(d Deps) http.Handler {
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
+}
+
+// storedHoldID is the stored decision's hold id, empty when it names none.
+func storedHoldID(row dbsqlc.Decision) string {
+	if row.HoldID == nil {
+		return ""
+	}
+	return *row.HoldID
 }
 
 // checkDecisions refuses a batch with any bad item, naming the item and the field.
@@ -123,6 +133,8 @@ func checkDecisions(batch []decisionJSON) error {
 			return badRequest("invalid_account_id", fmt.Sprintf("decision %d (%s): account_id must be 1-64 characters of [A-Za-z0-9_.:-]", i, dec.ID))
 		case dec.Cost == nil || *dec.Cost <= 0 || *dec.Cost > maxAmount:
 			return badRequest("invalid_cost", fmt.Sprintf("decision %d (%s): cost is required: a positive whole number of minor units, at most 10^15", i, dec.ID))
+		case dec.HoldID != "" && !holdIDPattern.MatchString(dec.HoldID):
+			return badRequest("invalid_hold_id", fmt.Sprintf("decision %d (%s): hold_id must be 1-128 characters of [A-Za-z0-9_.:-]", i, dec.ID))
 		}
 		if dec.OccurredAt != nil {
 			if _, err := time.Parse(time.RFC3339Nano, *dec.OccurredAt); err != nil {

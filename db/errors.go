@@ -38,6 +38,7 @@ var (
 var constraintErrors = map[string]error{
 	"ledger_account_fk":      ErrAccountNotFound,
 	"topups_account_fk":      ErrAccountNotFound,
+	"holds_account_fk":       ErrAccountNotFound,
 	"ledger_kind_sign_check": ErrInvalidAmount,
 	// A payment already paid another order: crediting it again would count one payment twice.
 	"topups_payment_intent_key": ErrDedupeConflict,

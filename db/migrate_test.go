@@ -2,10 +2,12 @@ package db_test
 
 import (
 	"context"
+	"io/fs"
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/sql/migrations"
 )
 
 // Every migration goes down cleanly and comes back: up, down to nothing, up again.
@@ -13,7 +15,8 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.URL(t) // already up
-	latest, err := db.LatestMigration()
+	// Versions may leave gaps (numbers are handed out ahead of merging): count the steps.
+	ups, err := fs.Glob(migrations.FS, "*.up.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +26,8 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	}
 	defer ms.Close()
 
-	if err := ms.Down(int(latest)); err != nil {
-		t.Fatalf("down %d: %v", latest, err)
+	if err := ms.Down(len(ups)); err != nil {
+		t.Fatalf("down %d: %v", len(ups), err)
 	}
 	pool, err := db.Open(ctx, url)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,10 @@ type BillReport struct {
 	// bills them once it does. WaitingAccounts names those accounts (at most maxWaitingNamed).
 	Waiting         int64
 	WaitingAccounts []string
+	// HoldsCaptured counts the holds captured by billing their decisions; CostsAboveHold those whose
+	// decision cost more than the hold (billed in full all the same).
+	HoldsCaptured  int64
+	CostsAboveHold int64
 	// firstWaitingSeq is the lowest seq of a waiting decision (0: none): the cursor stops before it.
 	firstWaitingSeq int64
 	Elapsed         time.Duration
@@ -100,6 +105,9 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 		if err != nil {
 			return err
 		}
+		if err := captureHolds(ctx, tx, afterSeq, uptoSeq, rows, &chunk); err != nil {
+			return err
+		}
 		return r.posted(ctx, tx, rows, &chunk)
 	})
 	if err != nil {
@@ -110,6 +118,8 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 	}
 	rep.add(chunk)
 	r.metrics.BilledDecisions.Add(float64(chunk.Billed))
+	r.metrics.CapturedHolds.Add(float64(chunk.HoldsCaptured))
+	r.metrics.CostsAboveHold.Add(float64(chunk.CostsAboveHold))
 	return uptoSeq, nil
 }
 
@@ -153,6 +163,26 @@ func (r *Reconciler) posted(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Billin
 	return r.ledger.Posted(ctx, tx, posted)
 }
 
+// captureHolds captures, in the chunk's transaction, the holds named by the decisions it just billed
+// (a separate statement after the usage insert, so that a decision's hold is resolved with its bill).
+func captureHolds(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, rows []dbsqlc.BillingChunkPostRow, chunk *BillReport) error {
+	billed := make([]string, len(rows))
+	for i, row := range rows {
+		billed[i] = strings.TrimPrefix(row.DedupeKey, "decision:")
+	}
+	holds, err := db.CaptureHoldsForDecisions(ctx, tx, afterSeq, uptoSeq, billed)
+	if err != nil {
+		return err
+	}
+	for _, h := range holds {
+		chunk.HoldsCaptured++
+		if h.Cost > h.Amount {
+			chunk.CostsAboveHold++
+		}
+	}
+	return nil
+}
+
 // add folds a committed chunk into the pass's report.
 func (rep *BillReport) add(chunk BillReport) {
 	rep.Read += chunk.Read
@@ -160,6 +190,8 @@ func (rep *BillReport) add(chunk BillReport) {
 	rep.Amount += chunk.Amount
 	rep.Accounts += chunk.Accounts
 	rep.Waiting += chunk.Waiting
+	rep.HoldsCaptured += chunk.HoldsCaptured
+	rep.CostsAboveHold += chunk.CostsAboveHold
 	if chunk.firstWaitingSeq != 0 && (rep.firstWaitingSeq == 0 || chunk.firstWaitingSeq < rep.firstWaitingSeq) {
 		rep.firstWaitingSeq = chunk.firstWaitingSeq
 	}

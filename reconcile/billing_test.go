@@ -66,7 +66,7 @@ func assertBilledOnce(t *testing.T, pool *pgxpool.Pool, want int64) {
 	if wrong != 0 {
 		t.Fatalf("%d accounts' balance is not minus the cost of their decisions", wrong)
 	}
-	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour)
+	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour, time.Hour)
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("verify: %v %v", violations, err)
 	}

@@ -14,6 +14,11 @@ type Metrics struct {
 	// Waiting is the number of decisions the last pass left unbilled because their account does not
 	// exist yet.
 	Waiting prometheus.Gauge
+	// CapturedHolds counts holds captured by billing their decisions; CostsAboveHold those whose
+	// decision cost more than the hold. ExpiredHolds counts holds the expiry pass expired.
+	CapturedHolds  prometheus.Counter
+	CostsAboveHold prometheus.Counter
+	ExpiredHolds   prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them on reg; with a nil reg they count without being
@@ -37,9 +42,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "onceledger", Subsystem: "reconcile", Name: "waiting_decisions",
 			Help: "Decisions the last pass could not bill yet because their account does not exist.",
 		}),
+		CapturedHolds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "captured_holds_total",
+			Help: "Holds captured by billing the decision that names them.",
+		}),
+		CostsAboveHold: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "costs_above_hold_total",
+			Help: "Decisions that cost more than the hold they name: the hold is captured whole and the cost billed in full.",
+		}),
+		ExpiredHolds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "expired_holds_total",
+			Help: "Holds the expiry pass moved from held to expired, releasing their reservations.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting)
+		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.CapturedHolds, m.CostsAboveHold, m.ExpiredHolds)
 	}
 	return m
 }

@@ -94,7 +94,7 @@ func (q *Queries) AccountBalanceMismatches(ctx context.Context) ([]AccountBalanc
 }
 
 const accountGet = `-- name: AccountGet :one
-SELECT id, currency, balance, created_at
+SELECT id, currency, balance, created_at, held
 FROM accounts
 WHERE id = $1
 `
@@ -108,7 +108,64 @@ func (q *Queries) AccountGet(ctx context.Context, id string) (Account, error) {
 		&i.Currency,
 		&i.Balance,
 		&i.CreatedAt,
+		&i.Held,
 	)
+	return i, err
+}
+
+const accountHeldRelease = `-- name: AccountHeldRelease :one
+UPDATE accounts
+SET held = held - $1
+WHERE id = $2
+RETURNING balance, held
+`
+
+type AccountHeldReleaseParams struct {
+	Amount int64
+	ID     string
+}
+
+type AccountHeldReleaseRow struct {
+	Balance int64
+	Held    int64
+}
+
+// Releases a resolved hold's reservation, in the transaction that moved the hold out of held
+// (accounts_held_nonnegative_check refuses a release that was never reserved). Returns no row when
+// the account does not exist.
+func (q *Queries) AccountHeldRelease(ctx context.Context, arg AccountHeldReleaseParams) (AccountHeldReleaseRow, error) {
+	row := q.db.QueryRow(ctx, accountHeldRelease, arg.Amount, arg.ID)
+	var i AccountHeldReleaseRow
+	err := row.Scan(&i.Balance, &i.Held)
+	return i, err
+}
+
+const accountHeldReserve = `-- name: AccountHeldReserve :one
+UPDATE accounts
+SET held = held + $1
+WHERE id = $2
+  AND balance - held >= $1
+RETURNING balance, held
+`
+
+type AccountHeldReserveParams struct {
+	Amount int64
+	ID     string
+}
+
+type AccountHeldReserveRow struct {
+	Balance int64
+	Held    int64
+}
+
+// Reserves amount for a hold: held grows only while the available balance (balance - held) covers it.
+// The condition is evaluated on the locked, current row (not on an earlier read), so concurrent
+// authorisations can never reserve more than is available together. Returns no row when the account
+// does not exist or the available balance is short.
+func (q *Queries) AccountHeldReserve(ctx context.Context, arg AccountHeldReserveParams) (AccountHeldReserveRow, error) {
+	row := q.db.QueryRow(ctx, accountHeldReserve, arg.Amount, arg.ID)
+	var i AccountHeldReserveRow
+	err := row.Scan(&i.Balance, &i.Held)
 	return i, err
 }
 
@@ -116,7 +173,7 @@ const accountInsert = `-- name: AccountInsert :one
 INSERT INTO accounts (id, currency)
 VALUES ($1, $2)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at
+RETURNING id, currency, balance, created_at, held
 `
 
 type AccountInsertParams struct {
@@ -134,6 +191,7 @@ func (q *Queries) AccountInsert(ctx context.Context, arg AccountInsertParams) (A
 		&i.Currency,
 		&i.Balance,
 		&i.CreatedAt,
+		&i.Held,
 	)
 	return i, err
 }

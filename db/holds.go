@@ -1,0 +1,461 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceledger/onceledger/db/dbsqlc"
+)
+
+// Hold statuses, as holds_status_check knows them.
+const (
+	HoldHeld     = "held"
+	HoldCaptured = "captured"
+	HoldVoided   = "voided"
+	HoldExpired  = "expired"
+)
+
+// Outcomes of resolving a hold that is no longer held, or cannot be resolved as asked.
+var (
+	// ErrHoldNotFound: the account has no hold with this id.
+	ErrHoldNotFound = errors.New("hold not found")
+	// ErrHoldCaptured: the hold was captured already (by its decision, or through the API with
+	// another amount is ErrDedupeConflict instead).
+	ErrHoldCaptured = errors.New("hold already captured")
+	// ErrHoldVoided: the hold was voided.
+	ErrHoldVoided = errors.New("hold voided")
+	// ErrHoldExpired: the hold's time was up on the database clock.
+	ErrHoldExpired = errors.New("hold expired")
+	// ErrAmountExceedsHold: a capture asked for more than the hold reserves.
+	ErrAmountExceedsHold = errors.New("amount exceeds the hold")
+)
+
+// Hold is one reservation of an account's credits.
+type Hold struct {
+	AccountID string
+	ID        string
+	Amount    int64
+	Status    string
+	// CapturedAmount is what the capture took; zero unless captured.
+	CapturedAmount int64
+	// DecisionID names the decision whose billing captured the hold; empty when captured through the
+	// API, or not captured.
+	DecisionID string
+	ExpiresAt  time.Time
+	CreatedAt  time.Time
+	ResolvedAt *time.Time
+}
+
+// HoldKey is the dedupe key of the usage entry a hold's capture through the API posts: once per hold.
+func HoldKey(accountID, holdID string) string { return "hold:" + accountID + ":" + holdID }
+
+func holdFromRow(r dbsqlc.Hold) Hold {
+	h := Hold{
+		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, DecisionID: deref(r.DecisionID),
+		ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+	}
+	if r.CapturedAmount != nil {
+		h.CapturedAmount = *r.CapturedAmount
+	}
+	return h
+}
+
+// HoldAuthorised is the outcome of AuthoriseHold.
+type HoldAuthorised struct {
+	Hold Hold
+	// Created is true when this call reserved the hold; false on a replay (the stored hold, whatever
+	// its status now).
+	Created bool
+}
+
+// AuthoriseHold reserves amount on the account under the caller's hold id, for expiresIn, in one
+// transaction: the hold is inserted (holds_pkey makes a repeated id a replay), then reserved by
+// AccountHeldReserve, whose condition on the locked row (balance - held >= amount) is the only check,
+// never an earlier read. When it refuses, the transaction rolls back and nothing is kept: a refused
+// authorisation leaves no hold to capture.
+//
+// Errors: ErrInsufficientBalance (available balance short), ErrDedupeConflict (the id is held with
+// another amount), ErrAccountNotFound.
+func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
+	var out HoldAuthorised
+	err := InTx(ctx, b, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		row, err := q.HoldInsert(ctx, dbsqlc.HoldInsertParams{
+			AccountID: accountID, ID: holdID, Amount: amount, ExpiresInSeconds: expiresIn.Seconds(),
+		})
+		if isNoRows(err) {
+			stored, err := GetHold(ctx, tx, accountID, holdID)
+			if err != nil {
+				return err
+			}
+			out = HoldAuthorised{Hold: stored}
+			if stored.Amount != amount {
+				return fmt.Errorf("%w: hold %s of %s holds %d, asked for %d", ErrDedupeConflict, holdID, accountID, stored.Amount, amount)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("insert hold %s of %s: %w", holdID, accountID, MapError(err))
+		}
+		_, err = q.AccountHeldReserve(ctx, dbsqlc.AccountHeldReserveParams{ID: accountID, Amount: amount})
+		if isNoRows(err) {
+			// The hold's foreign key already proved the account exists: the condition refused it.
+			return fmt.Errorf("hold %d on %s: %w", amount, accountID, ErrInsufficientBalance)
+		}
+		if err != nil {
+			return fmt.Errorf("reserve %d on %s: %w", amount, accountID, MapError(err))
+		}
+		out = HoldAuthorised{Hold: holdFromRow(row), Created: true}
+		return nil
+	})
+	return out, err
+}
+
+// GetHold returns the hold, or ErrHoldNotFound.
+func GetHold(ctx context.Context, q dbsqlc.DBTX, accountID, holdID string) (Hold, error) {
+	row, err := getHold(ctx, dbsqlc.New(q), accountID, holdID)
+	return holdFromRow(row.hold), err
+}
+
+type storedHold struct {
+	hold       dbsqlc.Hold
+	pastExpiry bool
+}
+
+func getHold(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (storedHold, error) {
+	r, err := q.HoldGet(ctx, dbsqlc.HoldGetParams{AccountID: accountID, ID: holdID})
+	if isNoRows(err) {
+		return storedHold{}, fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
+	}
+	if err != nil {
+		return storedHold{}, fmt.Errorf("get hold %s of %s: %w", holdID, accountID, MapError(err))
+	}
+	return storedHold{
+		hold: dbsqlc.Hold{
+			AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
+			DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+		},
+		pastExpiry: r.PastExpiry,
+	}, nil
+}
+
+// HoldCapturedResult is the outcome of CaptureHold.
+type HoldCapturedResult struct {
+	Hold Hold
+	// Entry is the usage entry of the capture: new, or on a replay the one posted by the first capture.
+	Entry Entry
+	// Posted is true when this call captured the hold; false on an exact replay.
+	Posted bool
+}
+
+// CaptureHold captures the hold for amount (all of it when amount is 0) in one transaction: the
+// account row is locked, the hold moves from held to captured by HoldCapture's conditional UPDATE
+// (still held, unexpired on the database clock, amount within the hold), its reservation is released
+// and a usage entry of -amount keyed HoldKey is posted through l (no overdraw check: the credits were
+// reserved). Only the transaction whose UPDATE moved the hold does any of that.
+//
+// Otherwise: a replay of a capture through the API with the same amount is Posted=false with the
+// original entry; with another amount ErrDedupeConflict. ErrAmountExceedsHold, ErrHoldCaptured (by its
+// decision), ErrHoldVoided, ErrHoldExpired, ErrHoldNotFound. A hold still held but past its expiry is
+// expired by this call (committed) and answered ErrHoldExpired, so that the answer and the stored
+// status agree whether or not the expiry pass has run.
+func (l Ledger) CaptureHold(ctx context.Context, b Beginner, accountID, holdID string, amount int64) (HoldCapturedResult, error) {
+	var (
+		out     HoldCapturedResult
+		refusal error // an answer that commits what the transaction did (an expiry)
+	)
+	err := InTx(ctx, b, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
+			return err
+		}
+		var asked *int64
+		if amount > 0 {
+			asked = &amount
+		}
+		row, err := q.HoldCapture(ctx, dbsqlc.HoldCaptureParams{AccountID: accountID, ID: holdID, Amount: asked})
+		if isNoRows(err) {
+			out, refusal, err = l.notCaptured(ctx, q, accountID, holdID, amount)
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("capture hold %s of %s: %w", holdID, accountID, MapError(err))
+		}
+		hold := holdFromRow(row)
+		if err := releaseHeld(ctx, q, hold); err != nil {
+			return err
+		}
+		posted, err := l.Post(ctx, tx, Posting{
+			AccountID: accountID, Kind: KindUsage, Amount: -hold.CapturedAmount,
+			Description: "hold " + holdID, DedupeKey: HoldKey(accountID, holdID),
+		})
+		if err != nil {
+			return err
+		}
+		if !posted.Posted {
+			// The hold was held until this transaction, so nothing can have posted its key.
+			return fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, HoldKey(accountID, holdID))
+		}
+		out = HoldCapturedResult{Hold: hold, Entry: posted.Entry, Posted: true}
+		return nil
+	})
+	if err != nil {
+		return HoldCapturedResult{}, err
+	}
+	return out, refusal
+}
+
+// notCaptured answers a capture whose UPDATE moved nothing, from the hold as it is now (the account
+// row is locked, so no other resolution can move it meanwhile). A replay returns the original capture
+// with a nil refusal; a hold past its expiry is expired here.
+func (l Ledger) notCaptured(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string, amount int64) (out HoldCapturedResult, refusal, err error) {
+	stored, err := getHold(ctx, q, accountID, holdID)
+	if err != nil {
+		return HoldCapturedResult{}, nil, err
+	}
+	hold := holdFromRow(stored.hold)
+	if amount > hold.Amount {
+		return HoldCapturedResult{}, nil, fmt.Errorf("%w: asked %d of hold %s, which holds %d", ErrAmountExceedsHold, amount, holdID, hold.Amount)
+	}
+	if amount == 0 {
+		amount = hold.Amount
+	}
+	switch hold.Status {
+	case HoldCaptured:
+		if hold.DecisionID != "" {
+			return HoldCapturedResult{}, nil, fmt.Errorf("%w: hold %s of %s by decision %s", ErrHoldCaptured, holdID, accountID, hold.DecisionID)
+		}
+		row, err := q.LedgerEntryGetByDedupeKey(ctx, HoldKey(accountID, holdID))
+		if err != nil {
+			return HoldCapturedResult{}, nil, fmt.Errorf("read capture of hold %s of %s: %w", holdID, accountID, MapError(err))
+		}
+		if hold.CapturedAmount != amount {
+			return HoldCapturedResult{}, nil, fmt.Errorf("%w: hold %s of %s was captured for %d, asked %d", ErrDedupeConflict, holdID, accountID, hold.CapturedAmount, amount)
+		}
+		l.observe(KindUsage, ResultReplay)
+		return HoldCapturedResult{Hold: hold, Entry: entryFromRow(row)}, nil, nil
+	case HoldHeld:
+		// Held, within its amount, yet not captured: its time is up.
+		expired, err := expireOne(ctx, q, accountID, holdID)
+		return HoldCapturedResult{Hold: expired}, resolvedErr(expired), err
+	default:
+		return HoldCapturedResult{Hold: hold}, resolvedErr(hold), nil
+	}
+}
+
+// VoidHold releases the hold's reservation in one transaction: the account row is locked and the hold
+// moves from held to voided by HoldVoid's conditional UPDATE, and only then is the reservation
+// released. A void of a voided hold answers the same and moves nothing; ErrHoldCaptured,
+// ErrHoldExpired, ErrHoldNotFound otherwise. A hold still held but past its expiry is expired by this
+// call (committed) and answered ErrHoldExpired.
+func VoidHold(ctx context.Context, b Beginner, accountID, holdID string) (Hold, error) {
+	var (
+		out     Hold
+		refusal error
+	)
+	err := InTx(ctx, b, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
+			return err
+		}
+		hold, err := resolveHeld(ctx, q, accountID, holdID)
+		if errors.Is(err, errNotHeld) {
+			stored, err := getHold(ctx, q, accountID, holdID)
+			out = holdFromRow(stored.hold)
+			if err == nil && out.Status != HoldVoided {
+				refusal = resolvedErr(out)
+			}
+			return err
+		}
+		out = hold
+		if err == nil && hold.Status == HoldExpired {
+			refusal = resolvedErr(hold)
+		}
+		return err
+	})
+	if err != nil {
+		return Hold{}, err
+	}
+	return out, refusal
+}
+
+// errNotHeld: HoldVoid found the hold no longer held (or not there).
+var errNotHeld = errors.New("hold not held")
+
+// resolveHeld moves a held hold to voided (expired when its time is up) and releases its reservation.
+func resolveHeld(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
+	row, err := q.HoldVoid(ctx, dbsqlc.HoldVoidParams{AccountID: accountID, ID: holdID})
+	if isNoRows(err) {
+		return Hold{}, errNotHeld
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("void hold %s of %s: %w", holdID, accountID, MapError(err))
+	}
+	hold := holdFromRow(row)
+	return hold, releaseHeld(ctx, q, hold)
+}
+
+// expireOne resolves a hold found held past its expiry: HoldVoid expires it, on the transaction's clock.
+func expireOne(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
+	hold, err := resolveHeld(ctx, q, accountID, holdID)
+	if err == nil && hold.Status != HoldExpired {
+		err = fmt.Errorf("hold %s of %s was past its expiry, yet %s", holdID, accountID, hold.Status)
+	}
+	return hold, err
+}
+
+// resolvedErr is the answer for a hold that is no longer held.
+func resolvedErr(h Hold) error {
+	switch h.Status {
+	case HoldCaptured:
+		return fmt.Errorf("%w: hold %s of %s", ErrHoldCaptured, h.ID, h.AccountID)
+	case HoldVoided:
+		return fmt.Errorf("%w: hold %s of %s", ErrHoldVoided, h.ID, h.AccountID)
+	case HoldExpired:
+		return fmt.Errorf("%w: hold %s of %s at %s", ErrHoldExpired, h.ID, h.AccountID, h.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// lockHoldAccount locks the account row before any hold of it is resolved: every resolution (the API,
+// expiry, billing) locks accounts first, in id order, so that they queue instead of deadlocking. A
+// missing account has no holds.
+func lockHoldAccount(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) error {
+	_, err := q.GroupCommitAccountLock(ctx, accountID)
+	if isNoRows(err) {
+		return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("lock account %s: %w", accountID, MapError(err))
+	}
+	return nil
+}
+
+// releaseHeld releases a resolved hold's reservation.
+func releaseHeld(ctx context.Context, q *dbsqlc.Queries, h Hold) error {
+	if _, err := q.AccountHeldRelease(ctx, dbsqlc.AccountHeldReleaseParams{ID: h.AccountID, Amount: h.Amount}); err != nil {
+		return fmt.Errorf("release hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
+	}
+	return nil
+}
+
+// HoldsExpired is what one ExpireHolds call did.
+type HoldsExpired struct {
+	Holds    int64 // holds moved from held to expired
+	Accounts int64 // accounts whose reservations were released
+	Released int64 // the amount released
+}
+
+// expireBatch bounds the accounts one expiry transaction locks.
+const expireBatch = 1000
+
+// ExpireHolds expires every hold still held whose time is up on the database clock, set-based: per
+// transaction, up to expireBatch accounts are locked in id order and HoldsExpire expires their holds
+// and releases their reservations in one statement. A capture racing it either resolved the hold
+// first or finds it expired: both are conditional on status = 'held' under the same account lock.
+func ExpireHolds(ctx context.Context, b Beginner) (HoldsExpired, error) {
+	var out HoldsExpired
+	for {
+		var found int
+		err := InTx(ctx, b, func(tx pgx.Tx) error {
+			q := dbsqlc.New(tx)
+			ids, err := q.HoldsExpiredAccounts(ctx, expireBatch)
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			found = len(ids)
+			locked, err := q.BillingAccountsLock(ctx, ids)
+			if err != nil {
+				return err
+			}
+			rows, err := q.HoldsExpire(ctx, locked)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				out.Holds += r.Holds
+				out.Released += r.Released
+			}
+			out.Accounts += int64(len(rows))
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("expire holds: %w", MapError(err))
+		}
+		if found < expireBatch {
+			return out, nil
+		}
+	}
+}
+
+// DecisionHold is a hold captured by billing its decision.
+type DecisionHold struct {
+	AccountID  string
+	HoldID     string
+	Amount     int64 // the hold's amount
+	DecisionID string
+	Cost       int64 // the decision's cost, billed in full even above Amount
+}
+
+// CaptureHoldsForDecisions runs in a billing transaction, after its usage insert, with the decisions
+// of the chunk (afterSeq, uptoSeq] that the insert billed: it captures, set-based, the holds they name
+// that are still held (captured_amount = least(cost, amount)) and releases their reservations. A hold
+// resolved before is left as it was. The chunk's accounts must be locked already.
+func CaptureHoldsForDecisions(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, billedIDs []string) ([]DecisionHold, error) {
+	if len(billedIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := dbsqlc.New(tx).HoldsCaptureForDecisions(ctx, dbsqlc.HoldsCaptureForDecisionsParams{
+		BilledIds: billedIDs, AfterSeq: afterSeq, UptoSeq: uptoSeq,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture holds of %d billed decisions: %w", len(billedIDs), MapError(err))
+	}
+	out := make([]DecisionHold, len(rows))
+	for i, r := range rows {
+		out[i] = DecisionHold{AccountID: r.AccountID, HoldID: r.ID, Amount: r.Amount, DecisionID: r.DecisionID, Cost: r.Cost}
+	}
+	return out, nil
+}
+
+// holdViolations checks the holds' invariants (SPEC §11): accounts.held is the sum of the holds in
+// held; each hold was captured at most once, and a capture through the API posted exactly its amount
+// under HoldKey; no hold stays held more than grace past its expiry.
+func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration) ([]Violation, error) {
+	var out []Violation
+	held, err := q.HoldsHeldMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check held amounts: %w", MapError(err))
+	}
+	for _, h := range held {
+		out = append(out, Violation{"held", fmt.Sprintf("account %s: held %d, holds in held sum to %d", h.ID, h.Cached, h.HoldsSum)})
+	}
+
+	captures, err := q.HoldsCaptureMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check hold captures: %w", MapError(err))
+	}
+	for _, c := range captures {
+		detail := fmt.Sprintf("hold %s of %s: status %q, captured %d", c.HoldID, c.AccountID, c.Status, c.CapturedAmount)
+		if c.HasEntry {
+			detail += fmt.Sprintf(", entry %q of -%d", HoldKey(c.AccountID, c.HoldID), c.EntryAmount)
+		} else {
+			detail += ", no entry " + HoldKey(c.AccountID, c.HoldID)
+		}
+		out = append(out, Violation{"capture", detail})
+	}
+
+	overdue, err := q.HoldsOverdue(ctx, grace.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("check overdue holds: %w", MapError(err))
+	}
+	for _, h := range overdue {
+		out = append(out, Violation{"expiry", fmt.Sprintf("hold %s of %s (%d) still held, expired at %s",
+			h.ID, h.AccountID, h.Amount, h.ExpiresAt.UTC().Format(time.RFC3339))})
+	}
+	return out, nil
+}
