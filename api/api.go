@@ -26,6 +26,9 @@ type Deps struct {
 	// many concurrent postings per transaction; each caller still gets its own posting's answer. One
 	// over Pool and Ledger when nil.
 	Poster *db.Poster
+	// Holds authorises holds with group commit: concurrent authorisations of one (hot) account share
+	// a transaction, each caller still getting its own answer. One over Pool when nil.
+	Holds *db.HoldAuthoriser
 }
 
 // NewHandler returns the whole HTTP surface.
@@ -35,6 +38,9 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.Poster == nil {
 		d.Poster = db.NewPoster(d.Pool, d.Ledger, db.PosterOptions{})
+	}
+	if d.Holds == nil {
+		d.Holds = db.NewHoldAuthoriser(d.Pool, db.PosterOptions{})
 	}
 	return routes(d)
 }

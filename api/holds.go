@@ -62,7 +62,8 @@ func holdRoute(r *http.Request) (account, hold string, err error) {
 // handlePostHold authorises a hold: 201 when this call reserved it; 200 with the stored hold (whatever
 // its status now) on a replay of the same id and amount; 409 idempotency_conflict for the same id with
 // another amount; 409 insufficient_balance when the available balance (balance - held) does not cover
-// it, refused by the conditional reservation, not an earlier read, and then nothing is kept.
+// it, refused by the conditional reservation, not an earlier read, and then nothing is kept. Concurrent
+// authorisations of one account share a transaction (db.HoldAuthoriser), with the same answers.
 func handlePostHold(d Deps) http.Handler {
 	type request struct {
 		ID        *string `json:"id"`
@@ -88,7 +89,7 @@ func handlePostHold(d Deps) http.Handler {
 				return badRequest("invalid_expires_in", `expires_in must be a Go duration from "1s" to "168h", such as "15m"`)
 			}
 		}
-		out, err := db.AuthoriseHold(r.Context(), d.Pool, id, *req.ID, *req.Amount, ttl)
+		out, err := d.Holds.Authorise(r.Context(), id, *req.ID, *req.Amount, ttl)
 		if err != nil {
 			return err
 		}

@@ -325,7 +325,7 @@ func resolvedErr(h Hold) error {
 // expiry, billing) locks accounts first, in id order, so that they queue instead of deadlocking. A
 // missing account has no holds.
 func lockHoldAccount(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) error {
-	_, err := q.GroupCommitAccountLock(ctx, accountID)
+	_, err := q.HoldsAccountLock(ctx, accountID)
 	if isNoRows(err) {
 		return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
 	}
@@ -458,4 +458,171 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 			h.ID, h.AccountID, h.Amount, h.ExpiresAt.UTC().Format(time.RFC3339))})
 	}
 	return out, nil
+}
+
+// HoldAuthoriser authorises holds with group commit. Every authorisation on one account serialises
+// on that account's row, so one transaction each caps a hot account at one fsync'd commit per hold.
+// HoldAuthoriser gathers the concurrent authorisations of one account for a few milliseconds and
+// commits them in ONE transaction: the account row locked first, the group's stored ids read and
+// answered before admission (a replay or a conflict is never admitted again), admission in arrival
+// order against the locked available balance, one set-based insert under holds_pkey, one conditional
+// reservation of their sum.
+//
+// To each caller, Authorise is exactly AuthoriseHold: Created=false with the stored hold on a replay,
+// ErrDedupeConflict, ErrInsufficientBalance, ErrAccountNotFound; one member's refusal never fails
+// the others. A group that fails as a whole with a transient error answers that error to every member;
+// any other failure is resolved by authorising its members one transaction each.
+type HoldAuthoriser struct {
+	pool  Beginner
+	queue *groupQueue[authRequest, HoldAuthorised]
+}
+
+type authRequest struct {
+	holdID string
+	amount int64
+	ttl    time.Duration
+}
+
+// NewHoldAuthoriser returns a HoldAuthoriser on pool, grouping as PosterOptions say.
+func NewHoldAuthoriser(pool Beginner, o PosterOptions) *HoldAuthoriser {
+	a := &HoldAuthoriser{pool: pool}
+	a.queue = newGroupQueue(o.Window, o.MaxGroup, a.commit)
+	return a
+}
+
+// Authorise authorises the hold in the next group of its account and returns once that group
+// committed (or failed).
+func (a *HoldAuthoriser) Authorise(ctx context.Context, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
+	return a.queue.do(ctx, accountID, authRequest{holdID: holdID, amount: amount, ttl: expiresIn})
+}
+
+type authMember = groupMember[authRequest, HoldAuthorised]
+
+func (a *HoldAuthoriser) commit(account string, group []*authMember) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	if len(group) > 1 {
+		var err error
+		for range regroupAttempts {
+			if err = a.authoriseGroup(ctx, account, group); !errors.Is(err, errRegroup) && !lostLockRace(err) {
+				break
+			}
+		}
+		switch {
+		case err == nil:
+			return
+		case IsTransient(err) && !lostLockRace(err) && !errors.Is(err, errRegroup):
+			if !errors.Is(err, ErrTransient) {
+				err = fmt.Errorf("%w: %w", ErrTransient, err)
+			}
+			for _, m := range group {
+				m.reply(HoldAuthorised{}, err)
+			}
+			return
+		}
+	}
+	for _, m := range group {
+		m.reply(AuthoriseHold(ctx, a.pool, account, m.req.holdID, m.req.amount, m.req.ttl))
+	}
+}
+
+// authoriseGroup runs one group in one transaction and, once it committed, answers every member.
+func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, group []*authMember) error {
+	answers := make([]groupAnswer[HoldAuthorised], len(group))
+	err := InTx(ctx, a.pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		locked, err := q.HoldsAccountLock(ctx, account)
+		if isNoRows(err) {
+			return errPostAlone
+		}
+		if err != nil {
+			return fmt.Errorf("lock account %s: %w", account, err)
+		}
+		ids := make([]string, len(group))
+		for i, m := range group {
+			ids[i] = m.req.holdID
+		}
+		rows, err := q.HoldsGetByIDs(ctx, dbsqlc.HoldsGetByIDsParams{AccountID: account, Ids: ids})
+		if err != nil {
+			return fmt.Errorf("read %d holds of %s: %w", len(ids), account, err)
+		}
+		stored := make(map[string]Hold, len(rows))
+		for _, r := range rows {
+			stored[r.ID] = holdFromRow(r)
+		}
+
+		// Admission in arrival order against the locked available balance, as single authorisations
+		// would have been admitted one after the other; a refused member claims nothing.
+		available := locked.Balance - locked.Held
+		claimed := map[string]int{}
+		var admit []int
+		var arg dbsqlc.HoldsInsertGroupParams
+		arg.AccountID = account
+		for i, m := range group {
+			r := m.req
+			if prior, ok := stored[r.holdID]; ok {
+				answers[i] = settledHold(prior, r, account)
+				continue
+			}
+			if _, ok := claimed[r.holdID]; ok {
+				continue // answered from its first claimant below
+			}
+			if r.amount > available {
+				answers[i].err = fmt.Errorf("hold %d on %s: %w", r.amount, account, ErrInsufficientBalance)
+				continue
+			}
+			available -= r.amount
+			claimed[r.holdID] = i
+			admit = append(admit, i)
+			arg.Ids = append(arg.Ids, r.holdID)
+			arg.Amounts = append(arg.Amounts, r.amount)
+			arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ttl.Seconds())
+		}
+		if len(admit) == 0 {
+			return nil
+		}
+		inserted, err := q.HoldsInsertGroup(ctx, arg)
+		if err != nil {
+			return fmt.Errorf("insert %d holds of %s: %w", len(admit), account, err)
+		}
+		if len(inserted) != len(admit) {
+			return errRegroup
+		}
+		byID := make(map[string]Hold, len(inserted))
+		for _, r := range inserted {
+			byID[r.ID] = holdFromRow(r)
+		}
+		total := (locked.Balance - locked.Held) - available
+		if _, err := q.AccountHeldReserve(ctx, dbsqlc.AccountHeldReserveParams{ID: account, Amount: total}); err != nil {
+			return fmt.Errorf("reserve %d on %s under the group's lock: %w", total, account, err)
+		}
+		for i, m := range group {
+			first, ok := claimed[m.req.holdID]
+			switch {
+			case !ok || answers[i].err != nil:
+			case first == i:
+				answers[i].ans = HoldAuthorised{Hold: byID[m.req.holdID], Created: true}
+			default:
+				answers[i] = settledHold(byID[m.req.holdID], m.req, account)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, m := range group {
+		m.reply(answers[i].ans, answers[i].err)
+	}
+	return nil
+}
+
+// settledHold answers an authorisation whose id is held already: a replay with the same amount, a
+// conflict with another.
+func settledHold(prior Hold, r authRequest, account string) groupAnswer[HoldAuthorised] {
+	if prior.Amount != r.amount {
+		return groupAnswer[HoldAuthorised]{ans: HoldAuthorised{Hold: prior}, err: fmt.Errorf("%w: hold %s of %s holds %d, asked for %d",
+			ErrDedupeConflict, r.holdID, account, prior.Amount, r.amount)}
+	}
+	return groupAnswer[HoldAuthorised]{ans: HoldAuthorised{Hold: prior}}
 }

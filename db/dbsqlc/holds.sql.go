@@ -175,6 +175,29 @@ func (q *Queries) HoldVoid(ctx context.Context, arg HoldVoidParams) (Hold, error
 	return i, err
 }
 
+const holdsAccountLock = `-- name: HoldsAccountLock :one
+SELECT balance, held
+FROM accounts
+WHERE id = $1
+FOR NO KEY UPDATE
+`
+
+type HoldsAccountLockRow struct {
+	Balance int64
+	Held    int64
+}
+
+// Locks the account row before any of its holds is resolved or a group of its authorisations is
+// admitted, and returns what admission needs: nothing else can move balance or held until the
+// transaction ends. NO KEY UPDATE is the lock the held update takes anyway. Returns no row when the
+// account does not exist (it then has no holds).
+func (q *Queries) HoldsAccountLock(ctx context.Context, id string) (HoldsAccountLockRow, error) {
+	row := q.db.QueryRow(ctx, holdsAccountLock, id)
+	var i HoldsAccountLockRow
+	err := row.Scan(&i.Balance, &i.Held)
+	return i, err
+}
+
 const holdsCaptureForDecisions = `-- name: HoldsCaptureForDecisions :many
 WITH named AS (
     SELECT DISTINCT ON (d.account_id, d.hold_id) d.id, d.account_id, d.hold_id, d.cost, d.received_at
@@ -408,6 +431,50 @@ func (q *Queries) HoldsExpiredAccounts(ctx context.Context, maxAccounts int32) (
 	return items, nil
 }
 
+const holdsGetByIDs = `-- name: HoldsGetByIDs :many
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE account_id = $1
+  AND id = ANY($2::text[])
+`
+
+type HoldsGetByIDsParams struct {
+	AccountID string
+	Ids       []string
+}
+
+// The account's stored holds among ids: in a group of authorisations, those members are replays or
+// conflicts, answered before admission and never inserted again.
+func (q *Queries) HoldsGetByIDs(ctx context.Context, arg HoldsGetByIDsParams) ([]Hold, error) {
+	rows, err := q.db.Query(ctx, holdsGetByIDs, arg.AccountID, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Hold{}
+	for rows.Next() {
+		var i Hold
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Amount,
+			&i.Status,
+			&i.CapturedAmount,
+			&i.DecisionID,
+			&i.ExpiresAt,
+			&i.CreatedAt,
+			&i.ResolvedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const holdsHeldMismatches = `-- name: HoldsHeldMismatches :many
 SELECT a.id, a.held AS cached, coalesce(h.total, 0)::bigint AS holds_sum
 FROM accounts a
@@ -439,6 +506,62 @@ func (q *Queries) HoldsHeldMismatches(ctx context.Context) ([]HoldsHeldMismatche
 	for rows.Next() {
 		var i HoldsHeldMismatchesRow
 		if err := rows.Scan(&i.ID, &i.Cached, &i.HoldsSum); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const holdsInsertGroup = `-- name: HoldsInsertGroup :many
+INSERT INTO holds (account_id, id, amount, expires_at)
+SELECT $1::text,
+       unnest($2::text[]),
+       unnest($3::bigint[]),
+       now() + make_interval(secs => unnest($4::double precision[]))
+ON CONFLICT (account_id, id) DO NOTHING
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+`
+
+type HoldsInsertGroupParams struct {
+	AccountID        string
+	Ids              []string
+	Amounts          []int64
+	ExpiresInSeconds []float64
+}
+
+// Inserts a group's admitted holds of one account in one statement, the arrays read in lockstep.
+// holds_pkey still holds: an id inserted meanwhile by another transaction returns no row for it, and
+// the caller plans the group again. The caller reserves their sum with AccountHeldReserve in the
+// same transaction.
+func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupParams) ([]Hold, error) {
+	rows, err := q.db.Query(ctx, holdsInsertGroup,
+		arg.AccountID,
+		arg.Ids,
+		arg.Amounts,
+		arg.ExpiresInSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Hold{}
+	for rows.Next() {
+		var i Hold
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Amount,
+			&i.Status,
+			&i.CapturedAmount,
+			&i.DecisionID,
+			&i.ExpiresAt,
+			&i.CreatedAt,
+			&i.ResolvedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -14,6 +14,37 @@ VALUES (@account_id, @id, @amount, now() + make_interval(secs => @expires_in_sec
 ON CONFLICT (account_id, id) DO NOTHING
 RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
 
+-- name: HoldsAccountLock :one
+-- Locks the account row before any of its holds is resolved or a group of its authorisations is
+-- admitted, and returns what admission needs: nothing else can move balance or held until the
+-- transaction ends. NO KEY UPDATE is the lock the held update takes anyway. Returns no row when the
+-- account does not exist (it then has no holds).
+SELECT balance, held
+FROM accounts
+WHERE id = @id
+FOR NO KEY UPDATE;
+
+-- name: HoldsGetByIDs :many
+-- The account's stored holds among ids: in a group of authorisations, those members are replays or
+-- conflicts, answered before admission and never inserted again.
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE account_id = @account_id
+  AND id = ANY(@ids::text[]);
+
+-- name: HoldsInsertGroup :many
+-- Inserts a group's admitted holds of one account in one statement, the arrays read in lockstep.
+-- holds_pkey still holds: an id inserted meanwhile by another transaction returns no row for it, and
+-- the caller plans the group again. The caller reserves their sum with AccountHeldReserve in the
+-- same transaction.
+INSERT INTO holds (account_id, id, amount, expires_at)
+SELECT @account_id::text,
+       unnest(@ids::text[]),
+       unnest(@amounts::bigint[]),
+       now() + make_interval(secs => unnest(@expires_in_seconds::double precision[]))
+ON CONFLICT (account_id, id) DO NOTHING
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
+
 -- name: HoldGet :one
 -- The hold, and whether its time is up on the database clock. Returns no row when the account has no
 -- hold with this id.
