@@ -73,10 +73,11 @@ type HoldAuthorised struct {
 }
 
 // AuthoriseHold reserves amount on the account under the caller's hold id, for expiresIn, in one
-// transaction: the hold is inserted (holds_pkey makes a repeated id a replay), then reserved by
-// AccountHeldReserve, whose condition on the locked row (balance - held >= amount) is the only check,
-// never an earlier read. When it refuses, the transaction rolls back and nothing is kept: a refused
-// authorisation leaves no hold to capture.
+// transaction: the account row is locked (first, as on every path that writes holds, so that a group
+// of authorisations and this one never wait for each other in opposite orders), the hold is inserted
+// (holds_pkey makes a repeated id a replay), then reserved by AccountHeldReserve, whose condition on
+// the locked row (balance - held >= amount) is the only check, never an earlier read. When it refuses,
+// the transaction rolls back and nothing is kept: a refused authorisation leaves no hold to capture.
 //
 // Errors: ErrInsufficientBalance (available balance short), ErrDedupeConflict (the id is held with
 // another amount), ErrAccountNotFound.
@@ -84,6 +85,11 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, am
 	var out HoldAuthorised
 	err := InTx(ctx, b, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
+		if _, err := q.HoldsAccountLock(ctx, accountID); isNoRows(err) {
+			return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrAccountNotFound)
+		} else if err != nil {
+			return fmt.Errorf("lock account %s: %w", accountID, MapError(err))
+		}
 		row, err := q.HoldInsert(ctx, dbsqlc.HoldInsertParams{
 			AccountID: accountID, ID: holdID, Amount: amount, ExpiresInSeconds: expiresIn.Seconds(),
 		})
@@ -103,7 +109,7 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, am
 		}
 		_, err = q.AccountHeldReserve(ctx, dbsqlc.AccountHeldReserveParams{ID: accountID, Amount: amount})
 		if isNoRows(err) {
-			// The hold's foreign key already proved the account exists: the condition refused it.
+			// The account is locked: the condition refused it.
 			return fmt.Errorf("hold %d on %s: %w", amount, accountID, ErrInsufficientBalance)
 		}
 		if err != nil {

@@ -109,15 +109,16 @@ type HoldInsertParams struct {
 	ExpiresInSeconds float64
 }
 
-// Holds (SPEC section 11). Every path that resolves a hold locks its account row first (accounts in id order
-// when there are several), then moves the hold out of held by a conditional UPDATE, then releases the
-// reservation: the API, the expiry pass and billing take their locks in one order, so they queue
-// instead of deadlocking, and whichever comes first is the one resolution.
+// Holds (SPEC section 11). Every path that writes holds locks the account row first (accounts in id
+// order when there are several): an authorisation then inserts and reserves; a resolution moves the
+// hold out of held by a conditional UPDATE, then releases the reservation. The API, group commit, the
+// expiry pass and billing take their locks in one order, so they queue instead of deadlocking, and
+// whichever comes first is the one resolution.
 // Records a new hold in held, expiring expires_in_seconds from now on the database clock.
 // Returns no row when the account already has a hold with this id (holds_pkey): the caller reads it
 // to tell a replay from a conflict. Nothing is reserved here: AccountHeldReserve does it in the same
-// transaction, or the transaction rolls back and the hold was never kept. Fails with holds_account_fk
-// when the account does not exist.
+// transaction (the account locked first by HoldsAccountLock), or the transaction rolls back and the
+// hold was never kept. Fails with holds_account_fk when the account does not exist.
 func (q *Queries) HoldInsert(ctx context.Context, arg HoldInsertParams) (Hold, error) {
 	row := q.db.QueryRow(ctx, holdInsert,
 		arg.AccountID,

@@ -1,14 +1,15 @@
--- Holds (SPEC section 11). Every path that resolves a hold locks its account row first (accounts in id order
--- when there are several), then moves the hold out of held by a conditional UPDATE, then releases the
--- reservation: the API, the expiry pass and billing take their locks in one order, so they queue
--- instead of deadlocking, and whichever comes first is the one resolution.
+-- Holds (SPEC section 11). Every path that writes holds locks the account row first (accounts in id
+-- order when there are several): an authorisation then inserts and reserves; a resolution moves the
+-- hold out of held by a conditional UPDATE, then releases the reservation. The API, group commit, the
+-- expiry pass and billing take their locks in one order, so they queue instead of deadlocking, and
+-- whichever comes first is the one resolution.
 
 -- name: HoldInsert :one
 -- Records a new hold in held, expiring expires_in_seconds from now on the database clock.
 -- Returns no row when the account already has a hold with this id (holds_pkey): the caller reads it
 -- to tell a replay from a conflict. Nothing is reserved here: AccountHeldReserve does it in the same
--- transaction, or the transaction rolls back and the hold was never kept. Fails with holds_account_fk
--- when the account does not exist.
+-- transaction (the account locked first by HoldsAccountLock), or the transaction rolls back and the
+-- hold was never kept. Fails with holds_account_fk when the account does not exist.
 INSERT INTO holds (account_id, id, amount, expires_at)
 VALUES (@account_id, @id, @amount, now() + make_interval(secs => @expires_in_seconds::double precision))
 ON CONFLICT (account_id, id) DO NOTHING
