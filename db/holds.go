@@ -407,19 +407,16 @@ type DecisionHold struct {
 	Cost       int64 // the decision's cost, billed in full even above Amount
 }
 
-// CaptureHoldsForDecisions runs in a billing transaction, after its usage insert, with the decisions
-// of the chunk (afterSeq, uptoSeq] that the insert billed: it captures, set-based, the holds they name
-// that are still held (captured_amount = least(cost, amount)) and releases their reservations. A hold
-// resolved before is left as it was. The chunk's accounts must be locked already.
-func CaptureHoldsForDecisions(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, billedIDs []string) ([]DecisionHold, error) {
-	if len(billedIDs) == 0 {
-		return nil, nil
-	}
+// CaptureHoldsForDecisions runs in a billing transaction, after its usage insert, with the accounts
+// the chunk (afterSeq, uptoSeq] locked: it captures, set-based, the holds named by the chunk's
+// decisions of those accounts that are still held (captured_amount = least(cost, amount)) and releases
+// their reservations. A hold resolved before is left as it was.
+func CaptureHoldsForDecisions(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, lockedAccounts []string) ([]DecisionHold, error) {
 	rows, err := dbsqlc.New(tx).HoldsCaptureForDecisions(ctx, dbsqlc.HoldsCaptureForDecisionsParams{
-		BilledIds: billedIDs, AfterSeq: afterSeq, UptoSeq: uptoSeq,
+		AccountIds: lockedAccounts, AfterSeq: afterSeq, UptoSeq: uptoSeq,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("capture holds of %d billed decisions: %w", len(billedIDs), MapError(err))
+		return nil, fmt.Errorf("capture holds of decisions after seq %d: %w", afterSeq, MapError(err))
 	}
 	out := make([]DecisionHold, len(rows))
 	for i, r := range rows {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,7 +104,7 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 		if err != nil {
 			return err
 		}
-		if err := captureHolds(ctx, tx, afterSeq, uptoSeq, rows, &chunk); err != nil {
+		if err := captureHolds(ctx, tx, afterSeq, uptoSeq, locked, &chunk); err != nil {
 			return err
 		}
 		return r.posted(ctx, tx, rows, &chunk)
@@ -165,12 +164,8 @@ func (r *Reconciler) posted(ctx context.Context, tx pgx.Tx, rows []dbsqlc.Billin
 
 // captureHolds captures, in the chunk's transaction, the holds named by the decisions it just billed
 // (a separate statement after the usage insert, so that a decision's hold is resolved with its bill).
-func captureHolds(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, rows []dbsqlc.BillingChunkPostRow, chunk *BillReport) error {
-	billed := make([]string, len(rows))
-	for i, row := range rows {
-		billed[i] = strings.TrimPrefix(row.DedupeKey, "decision:")
-	}
-	holds, err := db.CaptureHoldsForDecisions(ctx, tx, afterSeq, uptoSeq, billed)
+func captureHolds(ctx context.Context, tx pgx.Tx, afterSeq, uptoSeq int64, locked []string, chunk *BillReport) error {
+	holds, err := db.CaptureHoldsForDecisions(ctx, tx, afterSeq, uptoSeq, locked)
 	if err != nil {
 		return err
 	}

@@ -39,8 +39,10 @@ func seedHolds(tb testing.TB, pool *pgxpool.Pool) {
 	tb.Helper()
 	ctx := context.Background()
 	for _, stmt := range []string{
-		`INSERT INTO holds (account_id, id, amount, expires_at)
-		 SELECT account_id, 'h_' || substr(id, 5), 10, now() + interval '1 hour' FROM decisions`,
+		// Authorised before the decisions were received, as in real life: a decision captures a hold
+		// only when it was received while the hold was live.
+		`INSERT INTO holds (account_id, id, amount, created_at, expires_at)
+		 SELECT account_id, 'h_' || substr(id, 5), 10, now() - interval '1 hour', now() + interval '1 hour' FROM decisions`,
 		`UPDATE decisions SET hold_id = 'h_' || substr(id, 5)`,
 		`UPDATE accounts a SET held = h.total
 		 FROM (SELECT account_id, sum(amount) AS total FROM holds GROUP BY account_id) h WHERE h.account_id = a.id`,

@@ -110,29 +110,31 @@ WITH expired AS (
     FROM expired
     GROUP BY account_id
 ), released AS (
+    -- Runs to completion although nothing reads it, as every data-modifying WITH does.
     UPDATE accounts a
     SET held = a.held - p.released
     FROM per_account p
     WHERE a.id = p.account_id
-    RETURNING a.id
 )
-SELECT p.account_id, p.holds, p.released
-FROM per_account p
-JOIN released r ON r.id = p.account_id
-ORDER BY p.account_id;
+SELECT account_id, holds, released
+FROM per_account
+ORDER BY account_id;
 
 -- name: HoldsCaptureForDecisions :many
 -- In the billing transaction, after the chunk's usage entries are inserted: captures, in one
--- statement, the holds named by the decisions this transaction billed (billed_ids, within the chunk
--- (after_seq, upto_seq]) that are still held and that the decision was received while live, with
--- captured_amount = least(cost, amount), and releases each account's reservations by their sum. A
--- hold already captured, voided or expired is left as it was: resolved once, never twice. Two decisions
--- naming one hold capture it once, by the first (lowest seq). The accounts are locked already (the
--- billing chunk locks them in id order). Returns each hold captured with its decision's cost.
+-- statement, the holds named by the chunk's decisions (after_seq, upto_seq] of the locked accounts
+-- (account_ids, locked in id order by the chunk) that are still held and that the decision was
+-- received while live, with captured_amount = least(cost, amount), and releases each account's
+-- reservations by their sum. Those decisions were billed by this transaction or an earlier one, and
+-- a hold is captured the first time billing reads it held with its decision: normally with the bill,
+-- and never twice, since only a hold still held is touched. A hold already captured, voided or expired
+-- is left as it was. Two decisions naming one hold capture it once, by the first (lowest seq).
+-- Returns each hold captured with its decision's cost.
 WITH named AS (
     SELECT DISTINCT ON (d.account_id, d.hold_id) d.id, d.account_id, d.hold_id, d.cost, d.received_at
     FROM decisions d
-    JOIN unnest(@billed_ids::text[]) AS billed (id) ON billed.id = d.id
+    -- A join (hashed), as in BillingChunkPost; decisions without a hold cost one range scan.
+    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
     WHERE d.seq > @after_seq::bigint
       AND d.seq <= @upto_seq::bigint
       AND d.hold_id IS NOT NULL
@@ -151,16 +153,14 @@ WITH named AS (
     FROM captured
     GROUP BY account_id
 ), released AS (
+    -- Runs to completion although nothing reads it, as every data-modifying WITH does.
     UPDATE accounts a
     SET held = a.held - p.released
     FROM per_account p
     WHERE a.id = p.account_id
-    RETURNING a.id
 )
-SELECT c.account_id, c.id, c.amount, c.decision_id, c.cost
-FROM captured c
-JOIN released r ON r.id = c.account_id
-ORDER BY c.account_id, c.id;
+SELECT account_id, id, amount, decision_id, cost
+FROM captured;
 
 -- name: HoldsHeldMismatches :many
 -- Accounts whose held differs from the sum of their holds in held (verify). Empty when the invariant
