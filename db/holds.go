@@ -23,8 +23,8 @@ const (
 var (
 	// ErrHoldNotFound: the account has no hold with this id.
 	ErrHoldNotFound = errors.New("hold not found")
-	// ErrHoldCaptured: the hold was captured already (by its decision, or through the API with
-	// another amount is ErrDedupeConflict instead).
+	// ErrHoldCaptured: the hold was captured already: by its decision (for a capture), or at all (for
+	// a void). A capture through the API replayed with another amount is ErrDedupeConflict instead.
 	ErrHoldCaptured = errors.New("hold already captured")
 	// ErrHoldVoided: the hold was voided.
 	ErrHoldVoided = errors.New("hold voided")
@@ -123,30 +123,18 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, am
 
 // GetHold returns the hold, or ErrHoldNotFound.
 func GetHold(ctx context.Context, q dbsqlc.DBTX, accountID, holdID string) (Hold, error) {
-	row, err := getHold(ctx, dbsqlc.New(q), accountID, holdID)
-	return holdFromRow(row.hold), err
+	return getHold(ctx, dbsqlc.New(q), accountID, holdID)
 }
 
-type storedHold struct {
-	hold       dbsqlc.Hold
-	pastExpiry bool
-}
-
-func getHold(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (storedHold, error) {
+func getHold(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
 	r, err := q.HoldGet(ctx, dbsqlc.HoldGetParams{AccountID: accountID, ID: holdID})
 	if isNoRows(err) {
-		return storedHold{}, fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
+		return Hold{}, fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
 	}
 	if err != nil {
-		return storedHold{}, fmt.Errorf("get hold %s of %s: %w", holdID, accountID, MapError(err))
+		return Hold{}, fmt.Errorf("get hold %s of %s: %w", holdID, accountID, MapError(err))
 	}
-	return storedHold{
-		hold: dbsqlc.Hold{
-			AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
-			DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
-		},
-		pastExpiry: r.PastExpiry,
-	}, nil
+	return holdFromRow(r), nil
 }
 
 // HoldCapturedResult is the outcome of CaptureHold.
@@ -219,11 +207,10 @@ func (l Ledger) CaptureHold(ctx context.Context, b Beginner, accountID, holdID s
 // row is locked, so no other resolution can move it meanwhile). A replay returns the original capture
 // with a nil refusal; a hold past its expiry is expired here.
 func (l Ledger) notCaptured(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string, amount int64) (out HoldCapturedResult, refusal, err error) {
-	stored, err := getHold(ctx, q, accountID, holdID)
+	hold, err := getHold(ctx, q, accountID, holdID)
 	if err != nil {
 		return HoldCapturedResult{}, nil, err
 	}
-	hold := holdFromRow(stored.hold)
 	if amount > hold.Amount {
 		return HoldCapturedResult{}, nil, fmt.Errorf("%w: asked %d of hold %s, which holds %d", ErrAmountExceedsHold, amount, holdID, hold.Amount)
 	}
@@ -271,7 +258,7 @@ func VoidHold(ctx context.Context, b Beginner, accountID, holdID string) (Hold, 
 		hold, err := resolveHeld(ctx, q, accountID, holdID)
 		if errors.Is(err, errNotHeld) {
 			stored, err := getHold(ctx, q, accountID, holdID)
-			out = holdFromRow(stored.hold)
+			out = stored
 			if err == nil && out.Status != HoldVoided {
 				refusal = resolvedErr(out)
 			}

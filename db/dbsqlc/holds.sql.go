@@ -49,8 +49,7 @@ func (q *Queries) HoldCapture(ctx context.Context, arg HoldCaptureParams) (Hold,
 }
 
 const holdGet = `-- name: HoldGet :one
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at,
-       expires_at <= now() AS past_expiry
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
 FROM holds
 WHERE account_id = $1
   AND id = $2
@@ -61,24 +60,10 @@ type HoldGetParams struct {
 	ID        string
 }
 
-type HoldGetRow struct {
-	AccountID      string
-	ID             string
-	Amount         int64
-	Status         string
-	CapturedAmount *int64
-	DecisionID     *string
-	ExpiresAt      time.Time
-	CreatedAt      time.Time
-	ResolvedAt     *time.Time
-	PastExpiry     bool
-}
-
-// The hold, and whether its time is up on the database clock. Returns no row when the account has no
-// hold with this id.
-func (q *Queries) HoldGet(ctx context.Context, arg HoldGetParams) (HoldGetRow, error) {
+// Returns no row when the account has no hold with this id.
+func (q *Queries) HoldGet(ctx context.Context, arg HoldGetParams) (Hold, error) {
 	row := q.db.QueryRow(ctx, holdGet, arg.AccountID, arg.ID)
-	var i HoldGetRow
+	var i Hold
 	err := row.Scan(
 		&i.AccountID,
 		&i.ID,
@@ -89,7 +74,6 @@ func (q *Queries) HoldGet(ctx context.Context, arg HoldGetParams) (HoldGetRow, e
 		&i.ExpiresAt,
 		&i.CreatedAt,
 		&i.ResolvedAt,
-		&i.PastExpiry,
 	)
 	return i, err
 }

@@ -47,10 +47,8 @@ ON CONFLICT (account_id, id) DO NOTHING
 RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
 
 -- name: HoldGet :one
--- The hold, and whether its time is up on the database clock. Returns no row when the account has no
--- hold with this id.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at,
-       expires_at <= now() AS past_expiry
+-- Returns no row when the account has no hold with this id.
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
 FROM holds
 WHERE account_id = @account_id
   AND id = @id;
