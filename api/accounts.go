@@ -34,11 +34,13 @@ type accountJSON struct {
 	ID        string    `json:"id"`
 	Currency  string    `json:"currency"`
 	Balance   int64     `json:"balance"`
+	Held      int64     `json:"held"`
+	Available int64     `json:"available"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
 func accountOut(a db.Account) accountJSON {
-	return accountJSON{ID: a.ID, Currency: a.Currency, Balance: a.Balance, CreatedAt: a.CreatedAt}
+	return accountJSON{ID: a.ID, Currency: a.Currency, Balance: a.Balance, Held: a.Held, Available: a.Available(), CreatedAt: a.CreatedAt}
 }
 
 type entryJSON struct {

@@ -30,6 +30,9 @@ type Deps struct {
 	Stripe *client.API
 	// Events applies every verified webhook delivery: the processor replay and the reconciler use too.
 	Events *stripeevents.Processor
+	// Holds authorises holds with group commit: concurrent authorisations of one (hot) account share
+	// a transaction, each caller still getting its own answer.
+	Holds *db.HoldAuthoriser
 }
 
 // NewHandler returns the whole HTTP surface.

@@ -19,12 +19,13 @@ type decisionJSON struct {
 	AccountID  string  `json:"account_id"`
 	Cost       *int64  `json:"cost"`
 	OccurredAt *string `json:"occurred_at"`
+	HoldID     string  `json:"hold_id"` // empty: none
 }
 
 // handlePostDecisions stores a batch of decisions in one statement, idempotently by decision id
 // (decisions_pkey). The whole batch is checked before anything is written, so a bad item writes
 // nothing. An id stored before (or earlier in the batch) with the same account and cost is a
-// duplicate; with another account or cost it is a conflict, reported and left as first stored.
+// duplicate; with another account, cost or hold it is a conflict, reported and left as first stored.
 func handlePostDecisions(d Deps) http.Handler {
 	type response struct {
 		Accepted   int      `json:"accepted"`
@@ -43,7 +44,7 @@ func handlePostDecisions(d Deps) http.Handler {
 		now := time.Now().UTC()
 		decisions := make([]db.Decision, len(batch))
 		for i, dec := range batch {
-			decisions[i] = db.Decision{ID: dec.ID, AccountID: dec.AccountID, Cost: *dec.Cost, OccurredAt: now}
+			decisions[i] = db.Decision{ID: dec.ID, AccountID: dec.AccountID, Cost: *dec.Cost, OccurredAt: now, HoldID: dec.HoldID}
 			if dec.OccurredAt != nil {
 				decisions[i].OccurredAt, _ = time.Parse(time.RFC3339Nano, *dec.OccurredAt) // checked by checkDecisions
 			}
@@ -78,6 +79,8 @@ func checkDecisions(batch []decisionJSON) error {
 			return badRequest("invalid_account_id", fmt.Sprintf("decision %d (%s): account_id must be 1-64 characters of [A-Za-z0-9_.:-]", i, dec.ID))
 		case dec.Cost == nil || *dec.Cost <= 0 || *dec.Cost > maxAmount:
 			return badRequest("invalid_cost", fmt.Sprintf("decision %d (%s): cost is required: a positive whole number of minor units, at most 10^15", i, dec.ID))
+		case dec.HoldID != "" && !holdIDPattern.MatchString(dec.HoldID):
+			return badRequest("invalid_hold_id", fmt.Sprintf("decision %d (%s): hold_id must be 1-128 characters of [A-Za-z0-9_.:-]", i, dec.ID))
 		}
 		if dec.OccurredAt != nil {
 			if _, err := time.Parse(time.RFC3339Nano, *dec.OccurredAt); err != nil {

@@ -11,13 +11,14 @@ import (
 )
 
 // WiredDeps wires the handlers on pool as the binary does: one Stripe client from cfg (nil without a
-// key), one event processor and one group-commit Poster, all posting through ledger. Metrics is left
+// key), one event processor, one group-commit Poster and hold authoriser, all posting through ledger. Metrics is left
 // for the test to set.
 func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledger db.Ledger) Deps {
 	stripe := stripeevents.NewStripeClient(cfg.StripeSecretKey, cfg.StripeAPIBase)
 	return Deps{
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
 		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
+		Holds:  db.NewHoldAuthoriser(pool, db.PosterOptions{}),
 		Stripe: stripe,
 		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Log: log},
 	}

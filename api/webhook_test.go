@@ -390,7 +390,7 @@ func TestWebhookOrderIndependence(t *testing.T) {
 		s.wantBalance(account, 5000)
 	}
 	// Balances match their entries, and no payment was reversed beyond its credit.
-	violations, err := db.Verify(context.Background(), s.pool, time.Now(), time.Hour)
+	violations, err := db.Verify(context.Background(), s.pool, time.Now(), time.Hour, time.Hour)
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("verify: %v %v", violations, err)
 	}

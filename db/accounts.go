@@ -8,13 +8,17 @@ import (
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
-// Account is one account with its cached balance.
+// Account is one account with its cached balance and the sum of its holds still held.
 type Account struct {
 	ID        string
 	Currency  string
 	Balance   int64
 	CreatedAt time.Time
+	Held      int64
 }
+
+// Available is what new holds may still reserve: the balance less what is held.
+func (a Account) Available() int64 { return a.Balance - a.Held }
 
 // GrantKey is the dedupe key of an account's signup grant: once per account, ever.
 func GrantKey(accountID string) string { return "grant:" + accountID }

@@ -36,6 +36,8 @@ type BilledChunk struct {
 	// Unbillable are the accounts left out because billing them would take a sum or their balance
 	// beyond a bigint; the others were billed.
 	Unbillable []Unbillable
+	// HoldsCaptured are the holds captured by the decisions billed, in the same transaction.
+	HoldsCaptured []DecisionHold
 }
 
 // WaitingAccount counts the unbilled decisions of one chunk whose account does not exist yet.
@@ -102,6 +104,10 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 			rows, err = insertUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
 		}
 		if err != nil {
+			return err
+		}
+		// A decision's hold is resolved with its bill: a separate statement after the usage insert.
+		if out.HoldsCaptured, err = CaptureHoldsForDecisions(ctx, tx, afterSeq, out.UptoSeq, locked); err != nil {
 			return err
 		}
 		out.Posted = make([]Posted, len(rows))

@@ -14,6 +14,7 @@ type Decision struct {
 	AccountID  string
 	Cost       int64
 	OccurredAt time.Time
+	HoldID     string // empty: none; billing the decision captures this hold of its account
 }
 
 // DecisionsStored is the outcome of StoreDecisions, counted over the batch as offered.
@@ -21,16 +22,16 @@ type DecisionsStored struct {
 	// Accepted counts the decisions this call stored.
 	Accepted int
 	// Duplicates counts the items whose id was stored before (or earlier in the batch) with the same
-	// account and cost.
+	// account, cost and hold.
 	Duplicates int
-	// Conflicts names, once each and in batch order, the ids stored with another account or cost.
+	// Conflicts names, once each and in batch order, the ids stored with another account, cost or hold.
 	Conflicts []string
 }
 
 // StoreDecisions stores a batch in one statement, idempotently by decision id (decisions_pkey): the
 // first occurrence of an id in the batch is the one offered, and an id already stored is left as it
-// was. It then reads back what is stored for every id to tell a duplicate (same account and cost)
-// from a conflict (another account or cost), which is reported and never overwritten.
+// was. It then reads back what is stored for every id to tell a duplicate (same account, cost and
+// hold) from a conflict (another account, cost or hold), which is reported and never overwritten.
 func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsStored, error) {
 	first := make(map[string]bool, len(batch))
 	var params dbsqlc.DecisionsInsertParams
@@ -43,6 +44,7 @@ func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsSto
 		params.AccountIDs = append(params.AccountIDs, d.AccountID)
 		params.Costs = append(params.Costs, d.Cost)
 		params.OccurredAts = append(params.OccurredAts, d.OccurredAt)
+		params.HoldIDs = append(params.HoldIDs, d.HoldID)
 	}
 	queries := dbsqlc.New(q)
 	inserted, err := queries.DecisionsInsert(ctx, params)
@@ -69,7 +71,7 @@ func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsSto
 	for _, d := range batch {
 		row := stored[d.ID]
 		switch {
-		case row.AccountID != d.AccountID || row.Cost != d.Cost:
+		case row.AccountID != d.AccountID || row.Cost != d.Cost || deref(row.HoldID) != d.HoldID:
 			if !conflicted[d.ID] {
 				conflicted[d.ID] = true
 				out.Conflicts = append(out.Conflicts, d.ID)

@@ -41,6 +41,7 @@ var (
 var constraintErrors = map[[2]string]error{
 	{"ledger", "ledger_account_fk"}:      ErrAccountNotFound,
 	{"topups", "topups_account_fk"}:      ErrAccountNotFound,
+	{"holds", "holds_account_fk"}:        ErrAccountNotFound,
 	{"ledger", "ledger_kind_sign_check"}: ErrInvalidAmount,
 	// Raised by ledger_refuse_change, the function behind triggers ledger_append_only and ledger_no_truncate.
 	{"ledger", "ledger_append_only"}: ErrAppendOnly,

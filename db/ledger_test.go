@@ -322,14 +322,14 @@ func TestVerifyFindsTamperedBalance(t *testing.T) {
 	if _, err := post(t, pool, db.Posting{AccountID: "acct_tampered", Kind: db.KindTopup, Amount: 700, DedupeKey: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	violations, err := db.Verify(ctx, pool, timeNow(), parkedAfter)
+	violations, err := db.Verify(ctx, pool, timeNow(), parkedAfter, parkedAfter)
 	if err != nil || len(violations) != 0 {
 		t.Fatalf("clean ledger: %v, %v; want no violations", violations, err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = 'acct_tampered'`); err != nil {
 		t.Fatal(err)
 	}
-	violations, err = db.Verify(ctx, pool, timeNow(), parkedAfter)
+	violations, err = db.Verify(ctx, pool, timeNow(), parkedAfter, parkedAfter)
 	if err != nil {
 		t.Fatal(err)
 	}

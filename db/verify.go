@@ -18,8 +18,9 @@ type Violation struct {
 func (v Violation) String() string { return v.Check + ": " + v.Detail }
 
 // Verify checks every invariant the ledger promises (SPEC §8) and returns each violation found; an
-// empty result means the ledger is sound. parkedAfter is how long a parked event may wait unreviewed.
-func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter time.Duration) ([]Violation, error) {
+// empty result means the ledger is sound. parkedAfter is how long a parked event may wait unreviewed;
+// holdGrace how long a hold may stay held past its expiry (two reconcile intervals).
+func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace time.Duration) ([]Violation, error) {
 	queries := dbsqlc.New(q)
 	var out []Violation
 
@@ -64,5 +65,10 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter time.Duratio
 		out = append(out, Violation{"parked", fmt.Sprintf("event %s (%s) parked as %s since %s, not reviewed",
 			e.EventID, e.Type, e.ParkedReason, e.ReceivedAt.UTC().Format(time.RFC3339))})
 	}
-	return out, nil
+
+	holds, err := holdViolations(ctx, queries, holdGrace)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, holds...), nil
 }

@@ -30,6 +30,10 @@ type BillReport struct {
 	// accounts (at most maxWaitingNamed). They stay unbilled until an operator acts; verify reports them.
 	OutOfRange         int64
 	OutOfRangeAccounts []string
+	// HoldsCaptured counts the holds captured by billing their decisions; CostsAboveHold those whose
+	// decision cost more than the hold (billed in full all the same).
+	HoldsCaptured  int64
+	CostsAboveHold int64
 	// firstWaitingSeq is the lowest seq of a decision left unbilled, waiting or out of range (0:
 	// none): the cursor stops before it.
 	firstWaitingSeq int64
@@ -97,8 +101,16 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 			chunk.firstWaitingSeq = u.FirstSeq
 		}
 	}
+	for _, h := range billed.HoldsCaptured {
+		chunk.HoldsCaptured++
+		if h.Cost > h.Amount {
+			chunk.CostsAboveHold++
+		}
+	}
 	rep.add(chunk)
 	r.metrics.BilledDecisions.Add(float64(chunk.Billed))
+	r.metrics.CapturedHolds.Add(float64(chunk.HoldsCaptured))
+	r.metrics.CostsAboveHold.Add(float64(chunk.CostsAboveHold))
 	return billed.UptoSeq, nil
 }
 
@@ -109,6 +121,8 @@ func (rep *BillReport) add(chunk BillReport) {
 	rep.Amount += chunk.Amount
 	rep.Accounts += chunk.Accounts
 	rep.Waiting += chunk.Waiting
+	rep.HoldsCaptured += chunk.HoldsCaptured
+	rep.CostsAboveHold += chunk.CostsAboveHold
 	if chunk.firstWaitingSeq != 0 && (rep.firstWaitingSeq == 0 || chunk.firstWaitingSeq < rep.firstWaitingSeq) {
 		rep.firstWaitingSeq = chunk.firstWaitingSeq
 	}

@@ -68,7 +68,7 @@ func assertBilledOnce(t *testing.T, pool *pgxpool.Pool, want int64) {
 	if wrong != 0 {
 		t.Fatalf("%d accounts' balance is not minus the cost of their decisions", wrong)
 	}
-	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour)
+	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour, time.Hour)
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("verify: %v %v", violations, err)
 	}
@@ -280,7 +280,7 @@ func TestBillingLeavesOutAnAccountBeyondABigint(t *testing.T) {
 	if b1 != 0 || b2 != -5 || usage != 1 {
 		t.Fatalf("balances %d and %d with %d entries; want 0, -5 and the one usage entry", b1, b2, usage)
 	}
-	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour)
+	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour, time.Hour)
 	if err != nil || len(violations) != 1 || violations[0].Check != "unbillable" || !strings.Contains(violations[0].Detail, "acct_1") {
 		t.Fatalf("verify = %v, %v; want the one unbillable account acct_1", violations, err)
 	}

@@ -17,6 +17,11 @@ type Metrics struct {
 	// OutOfRange is the number of decisions the last pass could not bill because their account's
 	// balance would leave a bigint.
 	OutOfRange prometheus.Gauge
+	// CapturedHolds counts holds captured by billing their decisions; CostsAboveHold those whose
+	// decision cost more than the hold. ExpiredHolds counts holds the expiry pass expired.
+	CapturedHolds  prometheus.Counter
+	CostsAboveHold prometheus.Counter
+	ExpiredHolds   prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them on reg; with a nil reg they count without being
@@ -44,9 +49,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "onceledger", Subsystem: "reconcile", Name: "out_of_range_decisions",
 			Help: "Decisions the last pass could not bill because their account's balance would leave a bigint.",
 		}),
+		CapturedHolds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "captured_holds_total",
+			Help: "Holds captured by billing the decision that names them.",
+		}),
+		CostsAboveHold: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "costs_above_hold_total",
+			Help: "Decisions that cost more than the hold they name: the hold is captured whole and the cost billed in full.",
+		}),
+		ExpiredHolds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Subsystem: "reconcile", Name: "expired_holds_total",
+			Help: "Holds the expiry pass moved from held to expired, releasing their reservations.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.OutOfRange)
+		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.OutOfRange, m.CapturedHolds, m.CostsAboveHold, m.ExpiredHolds)
 	}
 	return m
 }

@@ -101,10 +101,13 @@ type Report struct {
 	// Full is true when billing started from seq 0.
 	Full     bool
 	Bill     BillReport
+	Expired  db.HoldsExpired
 	Recovery RecoveryReport
 }
 
-// Pass bills what is unbilled and recovers missed events; both run even when the other fails.
+// Pass bills what is unbilled, then expires the holds whose time is up (after billing, so that a
+// decision reported while its hold was live captures it first), and recovers missed events; each runs
+// even when another fails.
 //
 // Billing starts from a cursor kept in memory, as an optimisation only. Decision seq values are
 // taken at insert time but become visible at commit, so a decision can appear below a cursor that
@@ -116,13 +119,15 @@ func (r *Reconciler) Pass(ctx context.Context) (Report, error) {
 	started := time.Now()
 	from, full := r.passStart(started)
 	rep := Report{Full: full}
-	var billErr, recoverErr error
+	var billErr, expireErr, recoverErr error
 	rep.Bill, billErr = r.Bill(ctx, from)
 	if billErr == nil {
 		r.advance(rep.Bill, full, started)
 	}
+	rep.Expired, expireErr = db.ExpireHolds(ctx, r.pool)
+	r.metrics.ExpiredHolds.Add(float64(rep.Expired.Holds))
 	rep.Recovery, recoverErr = r.Recover(ctx)
-	return rep, errors.Join(billErr, recoverErr)
+	return rep, errors.Join(billErr, expireErr, recoverErr)
 }
 
 func (r *Reconciler) passStart(now time.Time) (fromSeq int64, full bool) {

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings or billing")
+	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings, holds or billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -150,6 +150,9 @@ func (b *bench) all(ctx context.Context) {
 	if b.wants("postings") {
 		b.postings(ctx, d)
 	}
+	if b.wants("holds") {
+		b.holds(ctx, d)
+	}
 	if b.wants("billing") {
 		b.billing(ctx)
 	}
@@ -237,12 +240,55 @@ func (b *bench) postings(ctx context.Context, d time.Duration) {
 	}
 }
 
+// holds measures authorisations on one hot account at c=64: one transaction per authorisation on a
+// pool the size of the server's (the baseline), group commit straight through pgx (db.HoldAuthoriser),
+// and through the API. Each workload has an account of its own, funded so that none is refused: a
+// refusal rolls back and would spare the baseline its commit.
+func (b *bench) holds(ctx context.Context, d time.Duration) {
+	const c = 64
+	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	if err != nil {
+		b.rows = append(b.rows, row{result: result{workload: "authorisations hot", errors: 1, firstErr: err.Error()}})
+		return
+	}
+	defer serverPool.Close()
+	account := func(workload string) string { return "bench_hold_" + workload }
+	for _, w := range []string{"tx", "group", "api"} {
+		if _, err := (db.Ledger{}).CreateAccount(ctx, b.pool, account(w), "usd", 1_000_000_000_000); err != nil {
+			b.rows = append(b.rows, row{result: result{workload: "authorisations hot", errors: 1, firstErr: err.Error()}})
+			return
+		}
+	}
+	authoriser := db.NewHoldAuthoriser(b.pool, db.PosterOptions{})
+	oneTx := measure(ctx, fmt.Sprintf("authorisations hot, 1 tx each, direct SQL, %d conns", serverPool.Config().MaxConns), c, d,
+		func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error {
+				_, err := db.AuthoriseHold(ctx, serverPool, account("tx"), "h"+strconv.Itoa(i), 1, time.Hour)
+				return err
+			})
+		})
+	grouped := measure(ctx, "authorisations hot, group commit, direct (db.HoldAuthoriser)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error {
+			_, err := authoriser.Authorise(ctx, account("group"), "h"+strconv.Itoa(i), 1, time.Hour)
+			return err
+		})
+	})
+	api := measure(ctx, "authorisations hot, API (group commit)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error { return b.http.authorise(ctx, account("api"), "h"+strconv.Itoa(i)) })
+	})
+	b.add(oneTx, nil)
+	b.add(grouped, &oneTx)
+	b.add(api, &oneTx)
+}
+
 // billingBenchmark is the reconciler's own benchmark: one first billing pass over 1,000,000 decisions,
 // through the reconciler and through its baseline (the same SQL through pgx), over 1,000 accounts and
 // over one. It reports decisions/s.
-const billingBenchmark = "^BenchmarkBilling$"
+// BenchmarkBillingHolds is the same first pass over 1,000,000 decisions that each name a hold (1,000
+// accounts): the row is compared with the reconciler's billing without holds.
+const billingBenchmark = "^BenchmarkBilling(Holds)?$"
 
-var billingLine = regexp.MustCompile(`^BenchmarkBilling/accounts=(\d+)/(reconciler|baseline)\S*\s.*?([0-9.e+]+) decisions/s`)
+var billingLine = regexp.MustCompile(`^BenchmarkBilling(Holds)?/accounts=(\d+)/(reconciler|baseline)\S*\s.*?([0-9.e+]+) decisions/s`)
 
 // billing runs the reconciler's benchmark once (`go test` in reconcile/) and turns its rates into
 // rows of the table, each reconciler row next to its baseline.
@@ -261,12 +307,12 @@ func (b *bench) billing(ctx context.Context) {
 		b.rows = append(b.rows, row{result: result{workload: "billing", errors: 1, firstErr: clip(string(out), 400)}})
 		return
 	}
-	rates := map[string]float64{} // "1000/baseline" → decisions/s
+	rates := map[string]float64{} // "1000/baseline", "Holds1000/reconciler" → decisions/s
 	for _, line := range strings.Split(string(out), "\n") {
 		if m := billingLine.FindStringSubmatch(line); m != nil {
-			rate, err := strconv.ParseFloat(m[3], 64)
+			rate, err := strconv.ParseFloat(m[4], 64)
 			if err == nil {
-				rates[m[1]+"/"+m[2]] = rate
+				rates[m[1]+m[2]+"/"+m[3]] = rate
 			}
 		}
 	}
@@ -278,6 +324,13 @@ func (b *bench) billing(ctx context.Context) {
 		}
 		b.add(base, nil)
 		b.add(reconciler, &base)
+		if accounts.key == "1000" {
+			withHolds := result{workload: "billing with holds, 1,000 accounts", concurrency: 1, rate: rates["Holds1000/reconciler"]}
+			if withHolds.rate == 0 {
+				withHolds.errors, withHolds.firstErr = 1, "no decisions/s for BenchmarkBillingHolds in the output of go test -bench"
+			}
+			b.rows = append(b.rows, row{result: withHolds, baseline: &reconciler, note: "ratio vs billing without holds: every decision also captures its hold"})
+		}
 	}
 }
 

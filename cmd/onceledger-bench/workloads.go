@@ -96,6 +96,13 @@ func (c *client) adjust(ctx context.Context, account, key string) error {
 		[]byte(`{"amount":1,"description":"bench"}`), http.StatusCreated)
 }
 
+// authorise authorises a hold of 1 through the API under hold id.
+func (c *client) authorise(ctx context.Context, account, hold string) error {
+	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + apiKey}}
+	return c.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/holds", header,
+		[]byte(`{"id":"`+hold+`","amount":1,"expires_in":"1h"}`), http.StatusCreated)
+}
+
 // applyTopupDirect is the webhook's work for a paid Checkout Session without HTTP, JSON decoding or
 // signature: the event row, the order's pending→paid transition and the credit, in one transaction.
 // A duplicate stops at the event's primary key, as the webhook does.

@@ -150,7 +150,36 @@ func (d *demoRun) run(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintln(d.out, "   stored once each; the reconciler bills them as usage keyed decision:{id}, once")
-	return d.awaitBilling(ctx, 700-60)
+	if err := d.awaitBilling(ctx, 700-60); err != nil {
+		return err
+	}
+	return d.hold(ctx, 640)
+}
+
+// hold authorises 40 before the work, captures the 37 it cost, and replays the capture: the balance
+// moves by 37 once, and the 3 left are released.
+func (d *demoRun) hold(ctx context.Context, balance int64) error {
+	path := "/v1/accounts/" + d.account + "/holds"
+	hold := d.name("job_demo_1")
+	d.title("Before the work, the product authorises 40 (a hold: held, not spent; available drops by 40)")
+	if _, err := d.api(ctx, http.MethodPost, path, `{"id":"`+hold+`","amount":40,"expires_in":"15m"}`, ""); err != nil {
+		return err
+	}
+	if err := d.balance(ctx, balance); err != nil {
+		return err
+	}
+	d.title("The work cost 37: capture 37 of the hold; the 3 left are released")
+	if _, err := d.api(ctx, http.MethodPost, path+"/"+hold+"/capture", `{"amount":37}`, ""); err != nil {
+		return err
+	}
+	if err := d.balance(ctx, balance-37); err != nil {
+		return err
+	}
+	d.title("The capture is retried: a replay moves nothing")
+	if _, err := d.api(ctx, http.MethodPost, path+"/"+hold+"/capture", `{"amount":37}`, ""); err != nil {
+		return err
+	}
+	return d.balance(ctx, balance-37)
 }
 
 // topup pays amount into the account with a Checkout Session and delivers Stripe's completion event

@@ -18,7 +18,7 @@ func TestDemoShowsEveryGuarantee(t *testing.T) {
 	if err := run(context.Background(), []string{"demo"}, vars, stdout, &output{}); err != nil {
 		t.Fatalf("demo: %v\n%s", err, stdout)
 	}
-	for _, want := range []string{"billed: balance 640 ✓", "Every step ended at the balance the guarantees require."} {
+	for _, want := range []string{"billed: balance 640 ✓", "balance 603 ✓", "Every step ended at the balance the guarantees require."} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, stdout)
 		}

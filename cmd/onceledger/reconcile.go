@@ -97,6 +97,10 @@ func printReport(w io.Writer, rep reconcile.Report) {
 		fmt.Fprintf(w, "waiting: %d decisions name accounts that do not exist yet (billed once they do): %s\n",
 			b.Waiting, strings.Join(b.WaitingAccounts, ", "))
 	}
+	if b.HoldsCaptured > 0 || rep.Expired.Holds > 0 {
+		fmt.Fprintf(w, "holds: %d captured by their decisions (%d costing more than the hold), %d expired releasing %d on %d accounts\n",
+			b.HoldsCaptured, b.CostsAboveHold, rep.Expired.Holds, rep.Expired.Released, rep.Expired.Accounts)
+	}
 	rec := rep.Recovery
 	if rec.Skipped != "" {
 		fmt.Fprintf(w, "missed Stripe events: not checked (%s)\n", rec.Skipped)
@@ -110,11 +114,12 @@ func printReport(w io.Writer, rep reconcile.Report) {
 func logReport(log *slog.Logger, rep reconcile.Report, err error) {
 	b, rec := rep.Bill, rep.Recovery
 	attrs := []any{"full", rep.Full, "read", b.Read, "billed", b.Billed, "amount", b.Amount, "waiting", b.Waiting, "out_of_range", b.OutOfRange,
+		"holds_captured", b.HoldsCaptured, "costs_above_hold", b.CostsAboveHold, "holds_expired", rep.Expired.Holds,
 		"events_listed", rec.Listed, "events_applied", rec.Applied, "events_failed", rec.Failed}
 	switch {
 	case err != nil:
 		log.Error("reconcile pass failed; retried next pass", append(attrs, "err", err)...)
-	case b.Billed > 0 || b.Waiting > 0 || rec.Applied > 0:
+	case b.Billed > 0 || b.Waiting > 0 || rec.Applied > 0 || rep.Expired.Holds > 0:
 		log.Info("reconciled", attrs...)
 	default:
 		log.Debug("reconciled", attrs...)

@@ -27,7 +27,8 @@ func serve(ctx context.Context, e env) error {
 	m.WatchPool(w.pool)
 	deps := api.Deps{
 		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger,
-		Poster: db.NewPoster(w.pool, w.ledger, db.PosterOptions{}), Stripe: w.stripe, Events: w.events,
+		Poster: db.NewPoster(w.pool, w.ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(w.pool, db.PosterOptions{}),
+		Stripe: w.stripe, Events: w.events,
 	}
 
 	srv := &http.Server{

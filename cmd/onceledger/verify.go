@@ -26,7 +26,8 @@ func verify(ctx context.Context, e env, args []string) error {
 	}
 	defer pool.Close()
 
-	violations, err := db.Verify(ctx, pool, time.Now(), *parkedAfter)
+	// The expiry pass runs every RECONCILE_INTERVAL: a hold may stay held past its expiry up to two.
+	violations, err := db.Verify(ctx, pool, time.Now(), *parkedAfter, 2*e.cfg.ReconcileInterval)
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,11 @@
 INSERT INTO accounts (id, currency)
 VALUES (@id, @currency)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at;
+RETURNING id, currency, balance, created_at, held;
 
 -- name: AccountsGet :one
 -- Returns no row when the account does not exist.
-SELECT id, currency, balance, created_at
+SELECT id, currency, balance, created_at, held
 FROM accounts
 WHERE id = @id;
 
@@ -54,6 +54,27 @@ WHERE a.id = @id
       AND a.balance + steps.running < 0
   )
 RETURNING a.balance;
+
+
+-- name: AccountsHeldReserve :one
+-- Reserves amount for a hold: held grows only while the available balance (balance - held) covers it.
+-- The condition is evaluated on the locked, current row (not on an earlier read), so concurrent
+-- authorisations can never reserve more than is available together. Returns no row when the account
+-- does not exist or the available balance is short.
+UPDATE accounts
+SET held = held + @amount
+WHERE id = @id
+  AND balance - held >= @amount
+RETURNING balance, held;
+
+-- name: AccountsHeldRelease :one
+-- Releases a resolved hold's reservation, in the transaction that moved the hold out of held
+-- (accounts_held_nonnegative_check refuses a release that was never reserved). Returns no row when
+-- the account does not exist.
+UPDATE accounts
+SET held = held - @amount
+WHERE id = @id
+RETURNING balance, held;
 
 -- name: AccountsBalanceMismatches :many
 -- Accounts whose cached balance differs from the sum of their ledger entries (verify). Empty when the

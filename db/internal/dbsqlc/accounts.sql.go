@@ -133,7 +133,7 @@ func (q *Queries) AccountsBalanceMismatches(ctx context.Context) ([]AccountsBala
 }
 
 const accountsGet = `-- name: AccountsGet :one
-SELECT id, currency, balance, created_at
+SELECT id, currency, balance, created_at, held
 FROM accounts
 WHERE id = $1
 `
@@ -147,7 +147,64 @@ func (q *Queries) AccountsGet(ctx context.Context, id string) (Account, error) {
 		&i.Currency,
 		&i.Balance,
 		&i.CreatedAt,
+		&i.Held,
 	)
+	return i, err
+}
+
+const accountsHeldRelease = `-- name: AccountsHeldRelease :one
+UPDATE accounts
+SET held = held - $1
+WHERE id = $2
+RETURNING balance, held
+`
+
+type AccountsHeldReleaseParams struct {
+	Amount int64
+	ID     string
+}
+
+type AccountsHeldReleaseRow struct {
+	Balance int64
+	Held    int64
+}
+
+// Releases a resolved hold's reservation, in the transaction that moved the hold out of held
+// (accounts_held_nonnegative_check refuses a release that was never reserved). Returns no row when
+// the account does not exist.
+func (q *Queries) AccountsHeldRelease(ctx context.Context, arg AccountsHeldReleaseParams) (AccountsHeldReleaseRow, error) {
+	row := q.db.QueryRow(ctx, accountsHeldRelease, arg.Amount, arg.ID)
+	var i AccountsHeldReleaseRow
+	err := row.Scan(&i.Balance, &i.Held)
+	return i, err
+}
+
+const accountsHeldReserve = `-- name: AccountsHeldReserve :one
+UPDATE accounts
+SET held = held + $1
+WHERE id = $2
+  AND balance - held >= $1
+RETURNING balance, held
+`
+
+type AccountsHeldReserveParams struct {
+	Amount int64
+	ID     string
+}
+
+type AccountsHeldReserveRow struct {
+	Balance int64
+	Held    int64
+}
+
+// Reserves amount for a hold: held grows only while the available balance (balance - held) covers it.
+// The condition is evaluated on the locked, current row (not on an earlier read), so concurrent
+// authorisations can never reserve more than is available together. Returns no row when the account
+// does not exist or the available balance is short.
+func (q *Queries) AccountsHeldReserve(ctx context.Context, arg AccountsHeldReserveParams) (AccountsHeldReserveRow, error) {
+	row := q.db.QueryRow(ctx, accountsHeldReserve, arg.Amount, arg.ID)
+	var i AccountsHeldReserveRow
+	err := row.Scan(&i.Balance, &i.Held)
 	return i, err
 }
 
@@ -155,7 +212,7 @@ const accountsInsert = `-- name: AccountsInsert :one
 INSERT INTO accounts (id, currency)
 VALUES ($1, $2)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at
+RETURNING id, currency, balance, created_at, held
 `
 
 type AccountsInsertParams struct {
@@ -173,6 +230,7 @@ func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) 
 		&i.Currency,
 		&i.Balance,
 		&i.CreatedAt,
+		&i.Held,
 	)
 	return i, err
 }

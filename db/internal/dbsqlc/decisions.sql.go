@@ -74,7 +74,7 @@ func (q *Queries) DecisionsChunkEnd(ctx context.Context, arg DecisionsChunkEndPa
 }
 
 const decisionsGet = `-- name: DecisionsGet :many
-SELECT id, seq, account_id, cost, occurred_at, received_at
+SELECT id, seq, account_id, cost, occurred_at, received_at, hold_id
 FROM decisions
 WHERE id = ANY($1::text[])
 `
@@ -96,6 +96,7 @@ func (q *Queries) DecisionsGet(ctx context.Context, ids []string) ([]Decision, e
 			&i.Cost,
 			&i.OccurredAt,
 			&i.ReceivedAt,
+			&i.HoldID,
 		); err != nil {
 			return nil, err
 		}
@@ -108,11 +109,13 @@ func (q *Queries) DecisionsGet(ctx context.Context, ids []string) ([]Decision, e
 }
 
 const decisionsInsert = `-- name: DecisionsInsert :many
-INSERT INTO decisions (id, account_id, cost, occurred_at)
+INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id)
 SELECT unnest($1::text[]),
        unnest($2::text[]),
        unnest($3::bigint[]),
-       unnest($4::timestamptz[])
+       unnest($4::timestamptz[]),
+       -- An empty hold id means none.
+       nullif(unnest($5::text[]), '')
 ON CONFLICT (id) DO NOTHING
 RETURNING id
 `
@@ -122,17 +125,19 @@ type DecisionsInsertParams struct {
 	AccountIDs  []string
 	Costs       []int64
 	OccurredAts []time.Time
+	HoldIDs     []string
 }
 
-// Stores a batch of decisions; a decision id already stored is left as it was (decisions_pkey).
-// Returns the ids this call inserted: the others are duplicates or conflicts, which the caller tells
-// apart with DecisionsGet.
+// Stores a batch of decisions, the arrays read in lockstep; a decision id already stored is left as it
+// was (decisions_pkey). Returns the ids this call inserted: the others are duplicates or conflicts,
+// which the caller tells apart with DecisionsGet.
 func (q *Queries) DecisionsInsert(ctx context.Context, arg DecisionsInsertParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, decisionsInsert,
 		arg.IDs,
 		arg.AccountIDs,
 		arg.Costs,
 		arg.OccurredAts,
+		arg.HoldIDs,
 	)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,8 @@ type Account struct {
 	// Cached sum of this account's ledger entries, updated in the same transaction as each entry; `onceledger verify` checks it against the ledger.
 	Balance   int64
 	CreatedAt time.Time
+	// Sum of the amounts of this account's holds in status held, moved in the transaction that reserves or resolves each hold; `onceledger verify` checks it against holds. Available = balance - held.
+	Held int64
 }
 
 // Billable decisions as the product reported them. Billing posts one usage entry keyed decision:{id}; ledger_dedupe_idx, not a flag here, makes re-reading a decision harmless. No foreign key to accounts: a decision may arrive before its account and is billed once the account exists.
@@ -26,6 +28,24 @@ type Decision struct {
 	Cost       int64
 	OccurredAt time.Time
 	ReceivedAt time.Time
+	// The hold (of the same account) this decision spends, if any: billing the decision captures it in the same transaction, when it is still held and the decision was received while it was live.
+	HoldID *string
+}
+
+// A reservation of credits on one account, chosen by the caller's id (the primary key makes authorising idempotent). It is created held and leaves held exactly once, by a conditional UPDATE ... WHERE status = 'held' in the transaction that releases its reservation (and, for a capture, posts its usage). Holds are not ledger entries: only a capture moves the balance.
+type Hold struct {
+	AccountID string
+	ID        string
+	Amount    int64
+	Status    string
+	// What the capture took: the amount asked (API), or least(cost, amount) for a decision. A decision costing more than its hold is still billed in full.
+	CapturedAmount *int64
+	// The decision whose billing captured the hold; null when it was captured through the API (its usage entry is then keyed hold:{account_id}:{id}).
+	DecisionID *string
+	// On the database clock. A capture needs expires_at > now(); the reconciler pass expires the rest.
+	ExpiresAt  time.Time
+	CreatedAt  time.Time
+	ResolvedAt *time.Time
 }
 
 // Append-only journal of every money movement. A row is never updated or deleted (ledger_append_only).

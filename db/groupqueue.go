@@ -1,0 +1,154 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// groupQueue gathers the concurrent requests of one key (an account) for up to a window and hands
+// them, in arrival order, to commit in groups of at most max, one group at a time per key. It is the
+// grouping of Poster, for requests of any type: commit must answer every member of its group exactly
+// once (a member's answer channel is buffered, so commit never blocks on a caller).
+type groupQueue[Req, Ans any] struct {
+	window time.Duration
+	max    int
+	commit func(key string, group []*groupMember[Req, Ans])
+
+	mu     sync.Mutex
+	queues map[string]*keyQueue[Req, Ans] // keys with a drain goroutine running
+}
+
+type groupMember[Req, Ans any] struct {
+	req     Req
+	ctx     context.Context
+	arrived time.Time
+	state   atomic.Int32 // memberWaiting → memberTaken or memberWithdrawn, as in Poster
+	answer  chan groupAnswer[Ans]
+}
+
+type groupAnswer[Ans any] struct {
+	ans Ans
+	err error
+}
+
+func (m *groupMember[Req, Ans]) reply(ans Ans, err error) { m.answer <- groupAnswer[Ans]{ans, err} }
+
+type keyQueue[Req, Ans any] struct {
+	waiting []*groupMember[Req, Ans] // guarded by groupQueue.mu
+	last    int                      // size of the last group taken; guarded by groupQueue.mu
+	full    chan struct{}
+	arrival chan struct{}
+}
+
+func newGroupQueue[Req, Ans any](window time.Duration, max int, commit func(string, []*groupMember[Req, Ans])) *groupQueue[Req, Ans] {
+	if window <= 0 {
+		window = defaultGroupWindow
+	}
+	if max <= 0 {
+		max = defaultMaxGroup
+	}
+	return &groupQueue[Req, Ans]{window: window, max: max, commit: commit, queues: map[string]*keyQueue[Req, Ans]{}}
+}
+
+// do queues req under key and returns its answer once its group committed. When ctx ends before a
+// group took req, nothing was attempted and ctx's error is returned; once taken, the answer is awaited.
+func (g *groupQueue[Req, Ans]) do(ctx context.Context, key string, req Req) (Ans, error) {
+	m := &groupMember[Req, Ans]{req: req, ctx: ctx, arrived: time.Now(), answer: make(chan groupAnswer[Ans], 1)}
+	g.enqueue(key, m)
+	select {
+	case a := <-m.answer:
+		return a.ans, a.err
+	case <-ctx.Done():
+		if m.state.CompareAndSwap(memberWaiting, memberWithdrawn) {
+			var zero Ans
+			return zero, fmt.Errorf("queued for %s: %w", key, ctx.Err())
+		}
+		a := <-m.answer
+		return a.ans, a.err
+	}
+}
+
+func (g *groupQueue[Req, Ans]) enqueue(key string, m *groupMember[Req, Ans]) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	q := g.queues[key]
+	if q == nil {
+		q = &keyQueue[Req, Ans]{full: make(chan struct{}, 1), arrival: make(chan struct{}, 1)}
+		g.queues[key] = q
+		go g.drain(key, q)
+	}
+	q.waiting = append(q.waiting, m)
+	signal(q.arrival)
+	if len(q.waiting) >= g.max || (q.last > 1 && len(q.waiting) >= q.last) {
+		signal(q.full)
+	}
+}
+
+// drain commits a key's groups one after the other until none arrived for a whole window, then ends.
+func (g *groupQueue[Req, Ans]) drain(key string, q *keyQueue[Req, Ans]) {
+	for {
+		g.mu.Lock()
+		if len(q.waiting) == 0 {
+			g.mu.Unlock()
+			timer := time.NewTimer(g.window)
+			select {
+			case <-q.arrival:
+				timer.Stop()
+				continue
+			case <-timer.C:
+			}
+			g.mu.Lock()
+			if len(q.waiting) == 0 {
+				delete(g.queues, key)
+				g.mu.Unlock()
+				return
+			}
+		}
+		wait := g.window - time.Since(q.waiting[0].arrived)
+		complete := len(q.waiting) >= g.max || (q.last > 1 && len(q.waiting) >= q.last)
+		g.mu.Unlock()
+		if !complete && wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-q.full:
+			}
+			timer.Stop()
+		}
+		if group := g.take(q); len(group) > 0 {
+			g.commit(key, group)
+		}
+	}
+}
+
+// take removes up to max waiting requests, skipping those whose callers already left.
+func (g *groupQueue[Req, Ans]) take(q *keyQueue[Req, Ans]) []*groupMember[Req, Ans] {
+	g.mu.Lock()
+	n := min(len(q.waiting), g.max)
+	batch := q.waiting[:n:n]
+	q.waiting = slices.Clone(q.waiting[n:])
+	q.last = n
+	select {
+	case <-q.full:
+	default:
+	}
+	g.mu.Unlock()
+
+	group := make([]*groupMember[Req, Ans], 0, len(batch))
+	for _, m := range batch {
+		if !m.state.CompareAndSwap(memberWaiting, memberTaken) {
+			continue
+		}
+		if err := m.ctx.Err(); err != nil {
+			var zero Ans
+			m.reply(zero, fmt.Errorf("queued: %w", err))
+			continue
+		}
+		group = append(group, m)
+	}
+	return group
+}

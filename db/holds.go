@@ -1,0 +1,616 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/onceledger/onceledger/db/internal/dbsqlc"
+)
+
+// Hold statuses, as holds_status_check knows them.
+const (
+	HoldHeld     = "held"
+	HoldCaptured = "captured"
+	HoldVoided   = "voided"
+	HoldExpired  = "expired"
+)
+
+// Outcomes of resolving a hold that is no longer held, or cannot be resolved as asked.
+var (
+	// ErrHoldNotFound: the account has no hold with this id.
+	ErrHoldNotFound = errors.New("hold not found")
+	// ErrHoldCaptured: the hold was captured already: by its decision (for a capture), or at all (for
+	// a void). A capture through the API replayed with another amount is ErrDedupeConflict instead.
+	ErrHoldCaptured = errors.New("hold already captured")
+	// ErrHoldVoided: the hold was voided.
+	ErrHoldVoided = errors.New("hold voided")
+	// ErrHoldExpired: the hold's time was up on the database clock.
+	ErrHoldExpired = errors.New("hold expired")
+	// ErrAmountExceedsHold: a capture asked for more than the hold reserves.
+	ErrAmountExceedsHold = errors.New("amount exceeds the hold")
+)
+
+// Hold is one reservation of an account's credits.
+type Hold struct {
+	AccountID string
+	ID        string
+	Amount    int64
+	Status    string
+	// CapturedAmount is what the capture took; zero unless captured.
+	CapturedAmount int64
+	// DecisionID names the decision whose billing captured the hold; empty when captured through the
+	// API, or not captured.
+	DecisionID string
+	ExpiresAt  time.Time
+	CreatedAt  time.Time
+	ResolvedAt *time.Time
+}
+
+// HoldKey is the dedupe key of the usage entry a hold's capture through the API posts: once per hold.
+func HoldKey(accountID, holdID string) string { return "hold:" + accountID + ":" + holdID }
+
+func holdFromRow(r dbsqlc.Hold) Hold {
+	h := Hold{
+		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, DecisionID: deref(r.DecisionID),
+		ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+	}
+	if r.CapturedAmount != nil {
+		h.CapturedAmount = *r.CapturedAmount
+	}
+	return h
+}
+
+// HoldAuthorised is the outcome of AuthoriseHold.
+type HoldAuthorised struct {
+	Hold Hold
+	// Created is true when this call reserved the hold; false on a replay (the stored hold, whatever
+	// its status now).
+	Created bool
+}
+
+// AuthoriseHold reserves amount on the account under the caller's hold id, for expiresIn, in one
+// transaction: the account row is locked (first, as on every path that writes holds, so that a group
+// of authorisations and this one never wait for each other in opposite orders), the hold is inserted
+// (holds_pkey makes a repeated id a replay), then reserved by AccountsHeldReserve, whose condition on
+// the locked row (balance - held >= amount) is the only check, never an earlier read. When it refuses,
+// the transaction rolls back and nothing is kept: a refused authorisation leaves no hold to capture.
+//
+// Errors: ErrInsufficientBalance (available balance short), ErrDedupeConflict (the id is held with
+// another amount), ErrAccountNotFound.
+func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
+	var out HoldAuthorised
+	err := InTx(ctx, b, func(tx Tx) error {
+		q := dbsqlc.New(tx)
+		if _, err := q.HoldsAccountLock(ctx, accountID); isNoRows(err) {
+			return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrAccountNotFound)
+		} else if err != nil {
+			return fmt.Errorf("lock account %s: %w", accountID, MapError(err))
+		}
+		row, err := q.HoldsInsert(ctx, dbsqlc.HoldsInsertParams{
+			AccountID: accountID, ID: holdID, Amount: amount, ExpiresInSeconds: expiresIn.Seconds(),
+		})
+		if isNoRows(err) {
+			stored, err := GetHold(ctx, tx, accountID, holdID)
+			if err != nil {
+				return err
+			}
+			out = HoldAuthorised{Hold: stored}
+			if stored.Amount != amount {
+				return fmt.Errorf("%w: hold %s of %s holds %d, asked for %d", ErrDedupeConflict, holdID, accountID, stored.Amount, amount)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("insert hold %s of %s: %w", holdID, accountID, MapError(err))
+		}
+		_, err = q.AccountsHeldReserve(ctx, dbsqlc.AccountsHeldReserveParams{ID: accountID, Amount: amount})
+		if isNoRows(err) {
+			// The account is locked: the condition refused it.
+			return fmt.Errorf("hold %d on %s: %w", amount, accountID, ErrInsufficientBalance)
+		}
+		if err != nil {
+			return fmt.Errorf("reserve %d on %s: %w", amount, accountID, MapError(err))
+		}
+		out = HoldAuthorised{Hold: holdFromRow(row), Created: true}
+		return nil
+	})
+	return out, err
+}
+
+// GetHold returns the hold, or ErrHoldNotFound.
+func GetHold(ctx context.Context, q Conn, accountID, holdID string) (Hold, error) {
+	return getHold(ctx, dbsqlc.New(q), accountID, holdID)
+}
+
+func getHold(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
+	r, err := q.HoldsGet(ctx, dbsqlc.HoldsGetParams{AccountID: accountID, ID: holdID})
+	if isNoRows(err) {
+		return Hold{}, fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("get hold %s of %s: %w", holdID, accountID, MapError(err))
+	}
+	return holdFromRow(r), nil
+}
+
+// HoldCapturedResult is the outcome of CaptureHold.
+type HoldCapturedResult struct {
+	Hold Hold
+	// Entry is the usage entry of the capture: new, or on a replay the one posted by the first capture.
+	Entry Entry
+	// Posted is true when this call captured the hold; false on an exact replay.
+	Posted bool
+}
+
+// CaptureHold captures the hold for amount (all of it when amount is 0) in one transaction: the
+// account row is locked, the hold moves from held to captured by HoldsCapture's conditional UPDATE
+// (still held, unexpired on the database clock, amount within the hold), its reservation is released
+// and a usage entry of -amount keyed HoldKey is posted through l (no overdraw check: the credits were
+// reserved). Only the transaction whose UPDATE moved the hold does any of that.
+//
+// Otherwise: a replay of a capture through the API with the same amount is Posted=false with the
+// original entry; with another amount ErrDedupeConflict. ErrAmountExceedsHold, ErrHoldCaptured (by its
+// decision), ErrHoldVoided, ErrHoldExpired, ErrHoldNotFound. A hold still held but past its expiry is
+// expired by this call (committed) and answered ErrHoldExpired, so that the answer and the stored
+// status agree whether or not the expiry pass has run.
+func (l Ledger) CaptureHold(ctx context.Context, b Beginner, accountID, holdID string, amount int64) (HoldCapturedResult, error) {
+	var (
+		out     HoldCapturedResult
+		refusal error // an answer that commits what the transaction did (an expiry)
+	)
+	err := InTx(ctx, b, func(tx Tx) error {
+		q := dbsqlc.New(tx)
+		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
+			return err
+		}
+		var asked *int64
+		if amount > 0 {
+			asked = &amount
+		}
+		row, err := q.HoldsCapture(ctx, dbsqlc.HoldsCaptureParams{AccountID: accountID, ID: holdID, Amount: asked})
+		if isNoRows(err) {
+			out, refusal, err = l.notCaptured(ctx, q, accountID, holdID, amount)
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("capture hold %s of %s: %w", holdID, accountID, MapError(err))
+		}
+		hold := holdFromRow(row)
+		if err := releaseHeld(ctx, q, hold); err != nil {
+			return err
+		}
+		posted, err := l.Post(ctx, tx, Posting{
+			AccountID: accountID, Kind: KindUsage, Amount: -hold.CapturedAmount,
+			Description: "hold " + holdID, DedupeKey: HoldKey(accountID, holdID),
+		})
+		if err != nil {
+			return err
+		}
+		if !posted.Posted {
+			// The hold was held until this transaction, so nothing can have posted its key.
+			return fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, HoldKey(accountID, holdID))
+		}
+		out = HoldCapturedResult{Hold: hold, Entry: posted.Entry, Posted: true}
+		return nil
+	})
+	if err != nil {
+		return HoldCapturedResult{}, err
+	}
+	return out, refusal
+}
+
+// notCaptured answers a capture whose UPDATE moved nothing, from the hold as it is now (the account
+// row is locked, so no other resolution can move it meanwhile). A replay returns the original capture
+// with a nil refusal; a hold past its expiry is expired here.
+func (l Ledger) notCaptured(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string, amount int64) (out HoldCapturedResult, refusal, err error) {
+	hold, err := getHold(ctx, q, accountID, holdID)
+	if err != nil {
+		return HoldCapturedResult{}, nil, err
+	}
+	if amount > hold.Amount {
+		return HoldCapturedResult{}, nil, fmt.Errorf("%w: asked %d of hold %s, which holds %d", ErrAmountExceedsHold, amount, holdID, hold.Amount)
+	}
+	if amount == 0 {
+		amount = hold.Amount
+	}
+	switch hold.Status {
+	case HoldCaptured:
+		if hold.DecisionID != "" {
+			return HoldCapturedResult{}, nil, fmt.Errorf("%w: hold %s of %s by decision %s", ErrHoldCaptured, holdID, accountID, hold.DecisionID)
+		}
+		row, err := q.LedgerGetByDedupeKey(ctx, HoldKey(accountID, holdID))
+		if err != nil {
+			return HoldCapturedResult{}, nil, fmt.Errorf("read capture of hold %s of %s: %w", holdID, accountID, MapError(err))
+		}
+		if hold.CapturedAmount != amount {
+			return HoldCapturedResult{}, nil, fmt.Errorf("%w: hold %s of %s was captured for %d, asked %d", ErrDedupeConflict, holdID, accountID, hold.CapturedAmount, amount)
+		}
+		l.observe(KindUsage, ResultReplay)
+		return HoldCapturedResult{Hold: hold, Entry: entryFromRow(row)}, nil, nil
+	case HoldHeld:
+		// Held, within its amount, yet not captured: its time is up.
+		expired, err := expireOne(ctx, q, accountID, holdID)
+		return HoldCapturedResult{Hold: expired}, resolvedErr(expired), err
+	default:
+		return HoldCapturedResult{Hold: hold}, resolvedErr(hold), nil
+	}
+}
+
+// VoidHold releases the hold's reservation in one transaction: the account row is locked and the hold
+// moves from held to voided by HoldsVoid's conditional UPDATE, and only then is the reservation
+// released. A void of a voided hold answers the same and moves nothing; ErrHoldCaptured,
+// ErrHoldExpired, ErrHoldNotFound otherwise. A hold still held but past its expiry is expired by this
+// call (committed) and answered ErrHoldExpired.
+func VoidHold(ctx context.Context, b Beginner, accountID, holdID string) (Hold, error) {
+	var (
+		out     Hold
+		refusal error
+	)
+	err := InTx(ctx, b, func(tx Tx) error {
+		q := dbsqlc.New(tx)
+		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
+			return err
+		}
+		hold, err := resolveHeld(ctx, q, accountID, holdID)
+		if errors.Is(err, errNotHeld) {
+			stored, err := getHold(ctx, q, accountID, holdID)
+			out = stored
+			if err == nil && out.Status != HoldVoided {
+				refusal = resolvedErr(out)
+			}
+			return err
+		}
+		out = hold
+		if err == nil && hold.Status == HoldExpired {
+			refusal = resolvedErr(hold)
+		}
+		return err
+	})
+	if err != nil {
+		return Hold{}, err
+	}
+	return out, refusal
+}
+
+// errNotHeld: HoldsVoid found the hold no longer held (or not there).
+var errNotHeld = errors.New("hold not held")
+
+// resolveHeld moves a held hold to voided (expired when its time is up) and releases its reservation.
+func resolveHeld(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
+	row, err := q.HoldsVoid(ctx, dbsqlc.HoldsVoidParams{AccountID: accountID, ID: holdID})
+	if isNoRows(err) {
+		return Hold{}, errNotHeld
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("void hold %s of %s: %w", holdID, accountID, MapError(err))
+	}
+	hold := holdFromRow(row)
+	return hold, releaseHeld(ctx, q, hold)
+}
+
+// expireOne resolves a hold found held past its expiry: HoldsVoid expires it, on the transaction's clock.
+func expireOne(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
+	hold, err := resolveHeld(ctx, q, accountID, holdID)
+	if err == nil && hold.Status != HoldExpired {
+		err = fmt.Errorf("hold %s of %s was past its expiry, yet %s", holdID, accountID, hold.Status)
+	}
+	return hold, err
+}
+
+// resolvedErr is the answer for a hold that is no longer held.
+func resolvedErr(h Hold) error {
+	switch h.Status {
+	case HoldCaptured:
+		return fmt.Errorf("%w: hold %s of %s", ErrHoldCaptured, h.ID, h.AccountID)
+	case HoldVoided:
+		return fmt.Errorf("%w: hold %s of %s", ErrHoldVoided, h.ID, h.AccountID)
+	case HoldExpired:
+		return fmt.Errorf("%w: hold %s of %s at %s", ErrHoldExpired, h.ID, h.AccountID, h.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// lockHoldAccount locks the account row before any hold of it is resolved: every resolution (the API,
+// expiry, billing) locks accounts first, in id order, so that they queue instead of deadlocking. A
+// missing account has no holds.
+func lockHoldAccount(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) error {
+	_, err := q.HoldsAccountLock(ctx, accountID)
+	if isNoRows(err) {
+		return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("lock account %s: %w", accountID, MapError(err))
+	}
+	return nil
+}
+
+// releaseHeld releases a resolved hold's reservation.
+func releaseHeld(ctx context.Context, q *dbsqlc.Queries, h Hold) error {
+	if _, err := q.AccountsHeldRelease(ctx, dbsqlc.AccountsHeldReleaseParams{ID: h.AccountID, Amount: h.Amount}); err != nil {
+		return fmt.Errorf("release hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
+	}
+	return nil
+}
+
+// HoldsExpired is what one ExpireHolds call did.
+type HoldsExpired struct {
+	Holds    int64 // holds moved from held to expired
+	Accounts int64 // accounts whose reservations were released
+	Released int64 // the amount released
+}
+
+// expireBatch bounds the accounts one expiry transaction locks.
+const expireBatch = 1000
+
+// ExpireHolds expires every hold still held whose time is up on the database clock, set-based: per
+// transaction, up to expireBatch accounts are locked in id order and HoldsExpire expires their holds
+// and releases their reservations in one statement. A capture racing it either resolved the hold
+// first or finds it expired: both are conditional on status = 'held' under the same account lock.
+func ExpireHolds(ctx context.Context, b Beginner) (HoldsExpired, error) {
+	var out HoldsExpired
+	for {
+		var found int
+		err := InTx(ctx, b, func(tx Tx) error {
+			q := dbsqlc.New(tx)
+			ids, err := q.HoldsExpiredAccounts(ctx, expireBatch)
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			found = len(ids)
+			locked, err := q.AccountsLockForBilling(ctx, ids)
+			if err != nil {
+				return err
+			}
+			rows, err := q.HoldsExpire(ctx, locked)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				out.Holds += r.Holds
+				out.Released += r.Released
+			}
+			out.Accounts += int64(len(rows))
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("expire holds: %w", MapError(err))
+		}
+		if found < expireBatch {
+			return out, nil
+		}
+	}
+}
+
+// DecisionHold is a hold captured by billing its decision.
+type DecisionHold struct {
+	AccountID  string
+	HoldID     string
+	Amount     int64 // the hold's amount
+	DecisionID string
+	Cost       int64 // the decision's cost, billed in full even above Amount
+}
+
+// CaptureHoldsForDecisions runs in a billing transaction, after its usage insert, with the accounts
+// the chunk (afterSeq, uptoSeq] locked: it captures, set-based, the holds named by the chunk's
+// decisions of those accounts that are still held (captured_amount = least(cost, amount)) and releases
+// their reservations. A hold resolved before is left as it was.
+func CaptureHoldsForDecisions(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, lockedAccounts []string) ([]DecisionHold, error) {
+	rows, err := dbsqlc.New(tx).HoldsCaptureForDecisions(ctx, dbsqlc.HoldsCaptureForDecisionsParams{
+		AccountIDs: lockedAccounts, AfterSeq: afterSeq, UptoSeq: uptoSeq,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture holds of decisions after seq %d: %w", afterSeq, MapError(err))
+	}
+	out := make([]DecisionHold, len(rows))
+	for i, r := range rows {
+		out[i] = DecisionHold{AccountID: r.AccountID, HoldID: r.ID, Amount: r.Amount, DecisionID: r.DecisionID, Cost: r.Cost}
+	}
+	return out, nil
+}
+
+// holdViolations checks the holds' invariants (SPEC §11): accounts.held is the sum of the holds in
+// held; each hold was captured at most once, and a capture through the API posted exactly its amount
+// under HoldKey; no hold stays held more than grace past its expiry.
+func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration) ([]Violation, error) {
+	var out []Violation
+	held, err := q.HoldsHeldMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check held amounts: %w", MapError(err))
+	}
+	for _, h := range held {
+		out = append(out, Violation{"held", fmt.Sprintf("account %s: held %d, holds in held sum to %d", h.ID, h.Cached, h.HoldsSum)})
+	}
+
+	captures, err := q.HoldsCaptureMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check hold captures: %w", MapError(err))
+	}
+	for _, c := range captures {
+		detail := fmt.Sprintf("hold %s of %s: status %q, captured %d", c.HoldID, c.AccountID, c.Status, c.CapturedAmount)
+		if c.HasEntry {
+			detail += fmt.Sprintf(", entry %q of -%d", HoldKey(c.AccountID, c.HoldID), c.EntryAmount)
+		} else {
+			detail += ", no entry " + HoldKey(c.AccountID, c.HoldID)
+		}
+		out = append(out, Violation{"capture", detail})
+	}
+
+	overdue, err := q.HoldsOverdue(ctx, grace.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("check overdue holds: %w", MapError(err))
+	}
+	for _, h := range overdue {
+		out = append(out, Violation{"expiry", fmt.Sprintf("hold %s of %s (%d) still held, expired at %s",
+			h.ID, h.AccountID, h.Amount, h.ExpiresAt.UTC().Format(time.RFC3339))})
+	}
+	return out, nil
+}
+
+// HoldAuthoriser authorises holds with group commit. Every authorisation on one account serialises
+// on that account's row, so one transaction each caps a hot account at one fsync'd commit per hold.
+// HoldAuthoriser gathers the concurrent authorisations of one account for a few milliseconds and
+// commits them in ONE transaction: the account row locked first, the group's stored ids read and
+// answered before admission (a replay or a conflict is never admitted again), admission in arrival
+// order against the locked available balance, one set-based insert under holds_pkey, one conditional
+// reservation of their sum.
+//
+// To each caller, Authorise is exactly AuthoriseHold: Created=false with the stored hold on a replay,
+// ErrDedupeConflict, ErrInsufficientBalance, ErrAccountNotFound; one member's refusal never fails
+// the others. A group that fails as a whole with a transient error answers that error to every member;
+// any other failure is resolved by authorising its members one transaction each.
+type HoldAuthoriser struct {
+	pool  Beginner
+	queue *groupQueue[authRequest, HoldAuthorised]
+}
+
+type authRequest struct {
+	holdID string
+	amount int64
+	ttl    time.Duration
+}
+
+// NewHoldAuthoriser returns a HoldAuthoriser on pool, grouping as PosterOptions say.
+func NewHoldAuthoriser(pool Beginner, o PosterOptions) *HoldAuthoriser {
+	a := &HoldAuthoriser{pool: pool}
+	a.queue = newGroupQueue(o.Window, o.MaxGroup, a.commit)
+	return a
+}
+
+// Authorise authorises the hold in the next group of its account and returns once that group
+// committed (or failed).
+func (a *HoldAuthoriser) Authorise(ctx context.Context, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
+	return a.queue.do(ctx, accountID, authRequest{holdID: holdID, amount: amount, ttl: expiresIn})
+}
+
+type authMember = groupMember[authRequest, HoldAuthorised]
+
+func (a *HoldAuthoriser) commit(account string, group []*authMember) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	if len(group) > 1 {
+		var err error
+		for range regroupAttempts {
+			if err = a.authoriseGroup(ctx, account, group); !errors.Is(err, errRegroup) && !lostLockRace(err) {
+				break
+			}
+		}
+		switch {
+		case err == nil:
+			return
+		case IsTransient(err) && !lostLockRace(err) && !errors.Is(err, errRegroup):
+			if !errors.Is(err, ErrTransient) {
+				err = fmt.Errorf("%w: %w", ErrTransient, err)
+			}
+			for _, m := range group {
+				m.reply(HoldAuthorised{}, err)
+			}
+			return
+		}
+	}
+	for _, m := range group {
+		m.reply(AuthoriseHold(ctx, a.pool, account, m.req.holdID, m.req.amount, m.req.ttl))
+	}
+}
+
+// authoriseGroup runs one group in one transaction and, once it committed, answers every member.
+func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, group []*authMember) error {
+	answers := make([]groupAnswer[HoldAuthorised], len(group))
+	err := InTx(ctx, a.pool, func(tx Tx) error {
+		q := dbsqlc.New(tx)
+		locked, err := q.HoldsAccountLock(ctx, account)
+		if isNoRows(err) {
+			return errPostAlone
+		}
+		if err != nil {
+			return fmt.Errorf("lock account %s: %w", account, err)
+		}
+		ids := make([]string, len(group))
+		for i, m := range group {
+			ids[i] = m.req.holdID
+		}
+		rows, err := q.HoldsGetByIDs(ctx, dbsqlc.HoldsGetByIDsParams{AccountID: account, IDs: ids})
+		if err != nil {
+			return fmt.Errorf("read %d holds of %s: %w", len(ids), account, err)
+		}
+		stored := make(map[string]Hold, len(rows))
+		for _, r := range rows {
+			stored[r.ID] = holdFromRow(r)
+		}
+
+		// Admission in arrival order against the locked available balance, as single authorisations
+		// would have been admitted one after the other; a refused member claims nothing.
+		available := locked.Balance - locked.Held
+		claimed := map[string]int{}
+		var admit []int
+		var arg dbsqlc.HoldsInsertGroupParams
+		arg.AccountID = account
+		for i, m := range group {
+			r := m.req
+			if prior, ok := stored[r.holdID]; ok {
+				answers[i] = settledHold(prior, r, account)
+				continue
+			}
+			if _, ok := claimed[r.holdID]; ok {
+				continue // answered from its first claimant below
+			}
+			if r.amount > available {
+				answers[i].err = fmt.Errorf("hold %d on %s: %w", r.amount, account, ErrInsufficientBalance)
+				continue
+			}
+			available -= r.amount
+			claimed[r.holdID] = i
+			admit = append(admit, i)
+			arg.IDs = append(arg.IDs, r.holdID)
+			arg.Amounts = append(arg.Amounts, r.amount)
+			arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ttl.Seconds())
+		}
+		if len(admit) == 0 {
+			return nil
+		}
+		inserted, err := q.HoldsInsertGroup(ctx, arg)
+		if err != nil {
+			return fmt.Errorf("insert %d holds of %s: %w", len(admit), account, err)
+		}
+		if len(inserted) != len(admit) {
+			return errRegroup
+		}
+		byID := make(map[string]Hold, len(inserted))
+		for _, r := range inserted {
+			byID[r.ID] = holdFromRow(r)
+		}
+		total := (locked.Balance - locked.Held) - available
+		if _, err := q.AccountsHeldReserve(ctx, dbsqlc.AccountsHeldReserveParams{ID: account, Amount: total}); err != nil {
+			return fmt.Errorf("reserve %d on %s under the group's lock: %w", total, account, err)
+		}
+		for i, m := range group {
+			first, ok := claimed[m.req.holdID]
+			switch {
+			case !ok || answers[i].err != nil:
+			case first == i:
+				answers[i].ans = HoldAuthorised{Hold: byID[m.req.holdID], Created: true}
+			default:
+				answers[i] = settledHold(byID[m.req.holdID], m.req, account)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, m := range group {
+		m.reply(answers[i].ans, answers[i].err)
+	}
+	return nil
+}
+
+// settledHold answers an authorisation whose id is held already: a replay with the same amount, a
+// conflict with another.
+func settledHold(prior Hold, r authRequest, account string) groupAnswer[HoldAuthorised] {
+	if prior.Amount != r.amount {
+		return groupAnswer[HoldAuthorised]{ans: HoldAuthorised{Hold: prior}, err: fmt.Errorf("%w: hold %s of %s holds %d, asked for %d",
+			ErrDedupeConflict, r.holdID, account, prior.Amount, r.amount)}
+	}
+	return groupAnswer[HoldAuthorised]{ans: HoldAuthorised{Hold: prior}}
+}

@@ -1,0 +1,210 @@
+-- Holds (SPEC section 11). Every path that writes holds locks the account row first (accounts in id
+-- order when there are several): an authorisation then inserts and reserves; a resolution moves the
+-- hold out of held by a conditional UPDATE, then releases the reservation. The API, group commit, the
+-- expiry pass and billing take their locks in one order, so they queue instead of deadlocking, and
+-- whichever comes first is the one resolution.
+
+-- name: HoldsInsert :one
+-- Records a new hold in held, expiring expires_in_seconds from now on the database clock.
+-- Returns no row when the account already has a hold with this id (holds_pkey): the caller reads it
+-- to tell a replay from a conflict. Nothing is reserved here: AccountsHeldReserve does it in the same
+-- transaction (the account locked first by HoldsAccountLock), or the transaction rolls back and the
+-- hold was never kept. Fails with holds_account_fk when the account does not exist.
+INSERT INTO holds (account_id, id, amount, expires_at)
+VALUES (@account_id, @id, @amount, now() + make_interval(secs => @expires_in_seconds::double precision))
+ON CONFLICT (account_id, id) DO NOTHING
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
+
+-- name: HoldsAccountLock :one
+-- Locks the account row before any of its holds is resolved or a group of its authorisations is
+-- admitted, and returns what admission needs: nothing else can move balance or held until the
+-- transaction ends. NO KEY UPDATE is the lock the held update takes anyway. Returns no row when the
+-- account does not exist (it then has no holds).
+SELECT balance, held
+FROM accounts
+WHERE id = @id
+FOR NO KEY UPDATE;
+
+-- name: HoldsGetByIDs :many
+-- The account's stored holds among ids: in a group of authorisations, those members are replays or
+-- conflicts, answered before admission and never inserted again.
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE account_id = @account_id
+  AND id = ANY(@ids::text[]);
+
+-- name: HoldsInsertGroup :many
+-- Inserts a group's admitted holds of one account in one statement, the arrays read in lockstep.
+-- holds_pkey still holds: an id inserted meanwhile by another transaction returns no row for it, and
+-- the caller plans the group again. The caller reserves their sum with AccountsHeldReserve in the
+-- same transaction.
+INSERT INTO holds (account_id, id, amount, expires_at)
+SELECT @account_id::text,
+       unnest(@ids::text[]),
+       unnest(@amounts::bigint[]),
+       now() + make_interval(secs => unnest(@expires_in_seconds::double precision[]))
+ON CONFLICT (account_id, id) DO NOTHING
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
+
+-- name: HoldsGet :one
+-- Returns no row when the account has no hold with this id.
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE account_id = @account_id
+  AND id = @id;
+
+-- name: HoldsCapture :one
+-- Moves the hold from held to captured, at most once: only the transaction whose UPDATE finds it still
+-- held, unexpired on the database clock and at least amount (all of it when amount is null) returns a row, and only that transaction
+-- releases the reservation and posts the usage. Returns no row otherwise (unknown, already resolved,
+-- expired, or amount above the hold): the caller reads the hold to say which.
+UPDATE holds
+SET status = 'captured', captured_amount = coalesce(sqlc.narg(amount)::bigint, amount), resolved_at = now()
+WHERE account_id = @account_id
+  AND id = @id
+  AND status = 'held'
+  AND expires_at > now()
+  AND amount >= coalesce(sqlc.narg(amount)::bigint, amount)
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
+
+-- name: HoldsVoid :one
+-- Moves the hold out of held, at most once: to voided, or to expired when its time is already up on
+-- the database clock (what the expiry pass would do, so the answer never depends on whether the pass
+-- has run). Returns no row when the hold is unknown or no longer held. The caller releases the
+-- reservation in the same transaction.
+UPDATE holds
+SET status = CASE WHEN expires_at > now() THEN 'voided' ELSE 'expired' END, resolved_at = now()
+WHERE account_id = @account_id
+  AND id = @id
+  AND status = 'held'
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
+
+-- name: HoldsExpiredAccounts :many
+-- Accounts with holds still held whose time is up on the database clock, at most max_accounts of them
+-- in id order (holds_held_expires_at_idx). Read-only: the expiry pass locks them, then expires.
+SELECT DISTINCT account_id
+FROM holds
+WHERE status = 'held'
+  AND expires_at <= now()
+ORDER BY account_id
+LIMIT @max_accounts::int;
+
+-- name: HoldsExpire :many
+-- Expires, in one statement, every hold of the locked accounts (account_ids, locked in id order) that
+-- is still held and whose time is up on the database clock, and releases each account's reservations
+-- by their sum. A hold captured or voided meanwhile is no longer held and is left alone: a capture
+-- racing the expiry either resolved it first or finds it expired. Returns per account the holds
+-- expired and the amount released.
+WITH expired AS (
+    UPDATE holds h
+    SET status = 'expired', resolved_at = now()
+    FROM unnest(@account_ids::text[]) AS locked (account_id)
+    WHERE h.account_id = locked.account_id
+      AND h.status = 'held'
+      AND h.expires_at <= now()
+    RETURNING h.account_id, h.amount
+), per_account AS (
+    SELECT account_id, count(*)::bigint AS holds, sum(amount)::bigint AS released
+    FROM expired
+    GROUP BY account_id
+), released AS (
+    -- Runs to completion although nothing reads it, as every data-modifying WITH does.
+    UPDATE accounts a
+    SET held = a.held - p.released
+    FROM per_account p
+    WHERE a.id = p.account_id
+)
+SELECT account_id, holds, released
+FROM per_account
+ORDER BY account_id;
+
+-- name: HoldsCaptureForDecisions :many
+-- In the billing transaction, after the chunk's usage entries are inserted: captures, in one
+-- statement, the holds named by the chunk's decisions (after_seq, upto_seq] of the locked accounts
+-- (account_ids, locked in id order by the chunk) that are still held and that the decision was
+-- received while live, with captured_amount = least(cost, amount), and releases each account's
+-- reservations by their sum. Those decisions were billed by this transaction or an earlier one, and
+-- a hold is captured the first time billing reads it held with its decision: normally with the bill,
+-- and never twice, since only a hold still held is touched. A hold already captured, voided or expired
+-- is left as it was. Two decisions naming one hold capture it once, by the first (lowest seq).
+-- Returns each hold captured with its decision's cost.
+WITH named AS (
+    SELECT DISTINCT ON (d.account_id, d.hold_id) d.id, d.account_id, d.hold_id, d.cost, d.received_at
+    FROM decisions d
+    -- A join (hashed), as in LedgerUsageInsertForDecisions; decisions without a hold cost one range scan.
+    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
+    WHERE d.seq > @after_seq::bigint
+      AND d.seq <= @upto_seq::bigint
+      AND d.hold_id IS NOT NULL
+    ORDER BY d.account_id, d.hold_id, d.seq
+), captured AS (
+    UPDATE holds h
+    SET status = 'captured', captured_amount = least(n.cost, h.amount), decision_id = n.id, resolved_at = now()
+    FROM named n
+    WHERE h.account_id = n.account_id
+      AND h.id = n.hold_id
+      AND h.status = 'held'
+      AND n.received_at BETWEEN h.created_at AND h.expires_at
+    RETURNING h.account_id, h.id, h.amount, n.id AS decision_id, n.cost
+), per_account AS (
+    SELECT account_id, sum(amount)::bigint AS released
+    FROM captured
+    GROUP BY account_id
+), released AS (
+    -- Runs to completion although nothing reads it, as every data-modifying WITH does.
+    UPDATE accounts a
+    SET held = a.held - p.released
+    FROM per_account p
+    WHERE a.id = p.account_id
+)
+SELECT account_id, id, amount, decision_id, cost
+FROM captured;
+
+-- name: HoldsHeldMismatches :many
+-- Accounts whose held differs from the sum of their holds in held (verify). Empty when the invariant
+-- holds.
+SELECT a.id, a.held AS cached, coalesce(h.total, 0)::bigint AS holds_sum
+FROM accounts a
+LEFT JOIN (
+    SELECT account_id, sum(amount) AS total
+    FROM holds
+    WHERE status = 'held'
+    GROUP BY account_id
+) h ON h.account_id = a.id
+WHERE a.held <> coalesce(h.total, 0)
+ORDER BY a.id;
+
+-- name: HoldsCaptureMismatches :many
+-- Holds whose capture does not match the ledger (verify): a hold captured through the API must have
+-- exactly one usage entry keyed hold:{account_id}:{id}, of -captured_amount; a hold captured by a
+-- decision, or not captured at all, must have none. An entry under such a key with no hold is reported
+-- too. Empty when every hold was captured at most once.
+SELECT coalesce(h.account_id, l.account_id)::text AS account_id,
+       coalesce(h.id, substr(l.dedupe_key, length('hold:' || l.account_id || ':') + 1))::text AS hold_id,
+       coalesce(h.status, '')::text AS status,
+       coalesce(h.captured_amount, 0)::bigint AS captured_amount,
+       coalesce(-l.amount, 0)::bigint AS entry_amount,
+       (l.id IS NOT NULL)::boolean AS has_entry
+FROM (
+    SELECT account_id, id, status, captured_amount, decision_id
+    FROM holds
+    WHERE status = 'captured'
+) h
+FULL JOIN (
+    SELECT id, account_id, amount, dedupe_key
+    FROM ledger
+    WHERE dedupe_key LIKE 'hold:%'
+) l ON l.dedupe_key = 'hold:' || h.account_id || ':' || h.id
+WHERE h.id IS NULL
+   OR (h.decision_id IS NULL AND (l.id IS NULL OR -l.amount <> h.captured_amount))
+   OR (h.decision_id IS NOT NULL AND l.id IS NOT NULL)
+ORDER BY 1, 2;
+
+-- name: HoldsOverdue :many
+-- Holds still held more than grace_seconds past their expiry on the database clock (verify): the expiry pass
+-- is not running, or failing.
+SELECT account_id, id, amount, expires_at
+FROM holds
+WHERE status = 'held'
+  AND expires_at < now() - make_interval(secs => @grace_seconds::double precision)
+ORDER BY expires_at, account_id, id;
