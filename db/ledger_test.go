@@ -173,9 +173,26 @@ func TestSchemaRefusesWhatGoNeverSends(t *testing.T) {
 		{"usage", -1}, {"refund", -1}, {"dispute", -1}, {"adjustment", 1}, {"adjustment", -1},
 	}
 	for _, c := range rightSigns {
-		if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount) VALUES ('acct_raw', $1, $2)`, c.kind, c.amount); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after)
+			SELECT id, $1, $2::bigint, last_seq + 1, balance + $2::bigint FROM accounts WHERE id = 'acct_raw'`, c.kind, c.amount); err != nil {
 			t.Errorf("raw insert of %s %d refused: %v", c.kind, c.amount, err)
 		}
+	}
+
+	// An entry that does not continue the chain (a hole in seq, a wrong balance_after, a balance_after
+	// that does not start from the cached balance) is refused by ledger_chain.
+	for _, chain := range []string{
+		`SELECT id, 'adjustment', 5, last_seq + 2, balance + 5 FROM accounts WHERE id = 'acct_raw'`,
+		`SELECT id, 'adjustment', 5, last_seq + 1, balance + 6 FROM accounts WHERE id = 'acct_raw'`,
+		`SELECT id, 'adjustment', 5, last_seq + k, balance + 5 * k FROM accounts, generate_series(1, 3) k WHERE id = 'acct_raw' AND k <> 2`,
+	} {
+		_, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after) `+chain)
+		if !errors.Is(db.MapError(err), db.ErrChainBroken) {
+			t.Errorf("entries %q: err = %v, want ErrChainBroken", chain, err)
+		}
+	}
+	if b := balance(t, pool, "acct_raw"); b != 101 {
+		t.Fatalf("balance %d after the raw entries, want 101 (100 and the right signs' 1)", b)
 	}
 
 	for _, stmt := range []string{
