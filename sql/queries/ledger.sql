@@ -117,26 +117,29 @@ RETURNING id, dedupe_key, seq, balance_after, created_at;
 -- (check_violation) instead of leaving a wrong chain. Only locked accounts are billed, so the balance
 -- update never takes a lock out of order. A balance beyond a bigint fails the statement with
 -- numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
-WITH unbilled AS (
-    SELECT d.account_id, d.id, d.cost, d.seq
+WITH chunk AS MATERIALIZED (
+    SELECT d.account_id, d.id, d.cost, d.seq,
+           -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount. A column, not a
+           -- filter: the planner cannot estimate the filter, and a guess of one row makes nested loops.
+           (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL AS unbilled
     FROM decisions d
     -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
     JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
     WHERE d.seq > @after_seq::bigint
       AND d.seq <= @upto_seq::bigint
-      -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount.
-      AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
 ), chained AS (
-    SELECT u.account_id, u.id, u.cost, u.seq,
-           a.last_seq + row_number() OVER w AS entry_seq,
-           (a.balance - sum(u.cost::numeric) OVER w)::bigint AS balance_after
-    FROM unbilled u
-    JOIN accounts a ON a.id = u.account_id
-    WINDOW w AS (PARTITION BY u.account_id ORDER BY u.seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    -- The chain counts and sums only the unbilled decisions, which alone are inserted.
+    SELECT c.account_id, c.id, c.cost, c.seq, c.unbilled,
+           a.last_seq + count(*) FILTER (WHERE c.unbilled) OVER w AS entry_seq,
+           (a.balance - coalesce(sum(c.cost::numeric) FILTER (WHERE c.unbilled) OVER w, 0))::bigint AS balance_after
+    FROM chunk c
+    JOIN accounts a ON a.id = c.account_id
+    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ), inserted AS (
     INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
     SELECT account_id, 'usage', -cost, 'decision ' || id, 'decision:' || id, entry_seq, balance_after
     FROM chained
+    WHERE unbilled
     ORDER BY seq
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING id, account_id, amount, description, dedupe_key, seq, balance_after, created_at
