@@ -26,8 +26,8 @@ import (
 // original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
 // does not fit is ErrInsufficientBalance, one that would carry the balance beyond a bigint is
 // ErrOutOfRange, and the answer comes only after the group committed. A stored key is answered as a
-// replay or a conflict before admission is considered, as Ledger.Post inserts before it looks at the
-// balance: a retried debit is a replay however the balance moved since. One member's refusal never
+// replay or a conflict before admission is considered, as Ledger.Post looks the key up before it
+// reports a refusal: a retried debit is a replay however the balance moved since. One member's refusal never
 // fails the others: admission is computed in arrival order against the locked balance, and only
 // admitted postings are inserted. The database holds the no-overdraw rule for the group too: its one
 // insert (LedgerInsertGroup) inserts nothing unless the running balance after each admitted
@@ -301,7 +301,7 @@ func (s *Poster) postAlone(ctx context.Context, m *member) {
 }
 
 // lostLockRace reports a deadlock or serialization failure: the group rolled back and may simply run
-// again (a same-key posting through Ledger.Post inserts before it locks the row; a group locks first).
+// again (another transaction may hold a key the group inserts while it waits for the group's account).
 func lostLockRace(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) &&
