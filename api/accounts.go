@@ -52,12 +52,15 @@ type entryJSON struct {
 	DedupeKey     *string   `json:"dedupe_key"`
 	PaymentIntent *string   `json:"payment_intent"`
 	CreatedAt     time.Time `json:"created_at"`
+	Seq           int64     `json:"seq"`
+	BalanceAfter  int64     `json:"balance_after"`
 }
 
 func entryOut(e db.Entry) entryJSON {
 	return entryJSON{
 		ID: e.ID, AccountID: e.AccountID, Kind: e.Kind, Amount: e.Amount, Description: e.Description,
 		DedupeKey: orNull(e.DedupeKey), PaymentIntent: orNull(e.PaymentIntent), CreatedAt: e.CreatedAt,
+		Seq: e.Seq, BalanceAfter: e.BalanceAfter,
 	}
 }
 

@@ -25,6 +25,8 @@ func routes(d Deps) http.Handler {
 	v1.Handle("/accounts/{id}", handlePutAccount(d)).Methods(http.MethodPut)
 	v1.Handle("/accounts/{id}", handleGetAccount(d)).Methods(http.MethodGet)
 	v1.Handle("/accounts/{id}/entries", handleListEntries(d)).Methods(http.MethodGet)
+	v1.Handle("/accounts/{id}/balance", handleGetBalanceAt(d)).Methods(http.MethodGet)
+	v1.Handle("/accounts/{id}/statement", handleGetStatement(d)).Methods(http.MethodGet)
 	v1.Handle("/accounts/{id}/adjustments", handlePostAdjustment(d)).Methods(http.MethodPost)
 	v1.Handle("/accounts/{id}/topups", handlePostTopup(d)).Methods(http.MethodPost)
 	v1.Handle("/accounts/{id}/holds", handlePostHold(d)).Methods(http.MethodPost)

@@ -62,6 +62,7 @@ func (s *server) in(t *testing.T) *server {
 // reply is one response, its body decoded as far as JSON allows.
 type reply struct {
 	Status int
+	Header http.Header
 	Body   []byte
 	JSON   map[string]any
 }
@@ -110,7 +111,7 @@ func (s *server) call(method, path string, body any, headers ...string) reply {
 		s.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	out := reply{Status: resp.StatusCode}
+	out := reply{Status: resp.StatusCode, Header: resp.Header}
 	if out.Body, err = io.ReadAll(resp.Body); err != nil {
 		s.t.Fatal(err)
 	}

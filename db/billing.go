@@ -29,7 +29,7 @@ type BilledChunk struct {
 	UptoSeq int64
 	// Read counts the decisions of the chunk, billed before or not.
 	Read int64
-	// Posted are the usage entries inserted, each with its account's balance after the chunk.
+	// Posted are the usage entries inserted, each with its own balance after (Balance = BalanceAfter).
 	Posted []Posted
 	// Waiting are the accounts with decisions left unbilled because the account does not exist yet.
 	Waiting []WaitingAccount
@@ -50,7 +50,8 @@ type WaitingAccount struct {
 // BillChunk bills, in one transaction on b, the chunk of at most size decisions after afterSeq (up to
 // lastSeq): the accounts with decisions still to bill are locked in id order (AccountsLockForBilling),
 // so that concurrent billing transactions queue instead of deadlocking; then one statement inserts
-// their usage entries and moves those balances (LedgerUsageInsertForDecisions), and OnPosted runs
+// their usage entries, chained per account in decision seq order, and moves those balances through
+// ledger_chain (LedgerUsageInsertForDecisions); OnPosted runs
 // with the new entries in the same transaction. A chunk billed before writes nothing.
 func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int64, size int) (BilledChunk, error) {
 	out := BilledChunk{UptoSeq: afterSeq}
@@ -116,9 +117,10 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 				Entry: Entry{
 					ID: r.ID, AccountID: r.AccountID, Kind: KindUsage, Amount: r.Amount,
 					Description: r.Description, DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt,
+					Seq: r.Seq, BalanceAfter: r.BalanceAfter,
 				},
 				Posted:  true,
-				Balance: r.Balance,
+				Balance: r.BalanceAfter,
 			}
 		}
 		return l.Posted(ctx, tx, out.Posted)

@@ -28,6 +28,10 @@ var (
 	ErrInvalidAmount = errors.New("amount sign does not fit the entry kind")
 	// ErrAppendOnly: something tried to change or delete a ledger entry (ledger_append_only).
 	ErrAppendOnly = errors.New("ledger entries are append-only")
+	// ErrChainBroken: inserted entries did not continue their account's seq and balance_after chain
+	// (ledger_chain); nothing was written. A posting path that locked its account and read what it
+	// inserts under that lock never sees it.
+	ErrChainBroken = errors.New("ledger entries do not continue their account's chain")
 	// ErrOutOfRange: an amount or a sum of amounts (a balance, a billing total) would leave the range
 	// of a bigint (numeric_value_out_of_range). Nothing was written; the same request fails the same way
 	// until the balance moves, so it is refused (409, or parked), never retried as transient.
@@ -45,6 +49,8 @@ var constraintErrors = map[[2]string]error{
 	{"ledger", "ledger_kind_sign_check"}: ErrInvalidAmount,
 	// Raised by ledger_refuse_change, the function behind triggers ledger_append_only and ledger_no_truncate.
 	{"ledger", "ledger_append_only"}: ErrAppendOnly,
+	// Raised by ledger_chain_advance, the function behind trigger ledger_chain.
+	{"ledger", "ledger_chain"}: ErrChainBroken,
 	// A payment already paid another order: crediting it again would count one payment twice.
 	{"topups", "topups_payment_intent_key"}: ErrDedupeConflict,
 }

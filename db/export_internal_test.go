@@ -6,20 +6,19 @@ import (
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
-// AddGroupToBalance runs a group's balance update as if its plan had admitted every posting, whatever
-// the locked balance: the plan of a planner that admits too much.
-func AddGroupToBalance(ctx context.Context, tx Tx, postings []Posting) error {
+// InsertGroupAsAdmitted runs a group's insert as if its plan had admitted every posting, whatever the
+// locked balance: the plan of a planner that admits too much. A refused insert returns an error.
+func InsertGroupAsAdmitted(ctx context.Context, tx Tx, postings []Posting) error {
 	q := dbsqlc.New(tx)
-	start, err := q.AccountsLockForGroup(ctx, postings[0].AccountID)
-	if err != nil {
+	if _, err := q.AccountsLockForGroup(ctx, postings[0].AccountID); err != nil {
 		return err
 	}
 	group := make([]*member, len(postings))
-	plan := groupPlan{balance: start}
+	var insert []int
 	for i, p := range postings {
 		group[i] = &member{posting: p}
-		plan.insert = append(plan.insert, i)
-		plan.balance += p.Amount
+		insert = append(insert, i)
 	}
-	return addGroupToBalance(ctx, q, group, plan)
+	_, err := insertGroup(ctx, q, group, insert)
+	return err
 }

@@ -36,6 +36,10 @@ type Entry struct {
 	DedupeKey     string // empty: none
 	PaymentIntent string // empty: none
 	CreatedAt     time.Time
+	// Seq is the entry's position within its account (1, 2, 3, ...); the chain follows it.
+	Seq int64
+	// BalanceAfter is the account's balance right after this entry.
+	BalanceAfter int64
 }
 
 // Posting asks for one entry. DedupeKey names the effect: with it, the entry is posted at most once.
@@ -57,7 +61,8 @@ type Posted struct {
 	Entry Entry
 	// Posted is true when this call inserted the entry; false on an exact replay.
 	Posted bool
-	// Balance is the account's cached balance after this call's entry (zero on a replay).
+	// Balance is the account's balance right after this call's entry, its BalanceAfter (zero on a
+	// replay).
 	Balance int64
 }
 
@@ -96,16 +101,18 @@ func (l Ledger) observeTaken(kind string, err error) {
 	}
 }
 
-// Post appends an entry and moves the cached balance, both in tx; it must run inside a transaction
-// (InTx) so that the two never diverge.
+// Post appends an entry in tx, after locking its account row: the entry is numbered and carries its
+// balance_after from that row, and the trigger ledger_chain moves the cached balance in the same
+// statement, so the two never diverge. It must run inside a transaction (InTx).
 //
 // The dedupe key is enforced by ledger_dedupe_idx, not by a read first: the insert does nothing when
 // the key exists, and then
 //   - the same account, kind and amount is an exact replay: Posted=false with a nil error;
 //   - anything else is ErrDedupeConflict, and nothing was written.
 //
-// Other errors: ErrAccountNotFound, ErrInsufficientBalance (NoOverdraw), ErrInvalidAmount. After an
-// error the caller must roll back: the entry may have been inserted before the balance was refused.
+// A stored key is answered so whatever the balance is now: a retried debit is a replay. Other errors:
+// ErrAccountNotFound, ErrInsufficientBalance (NoOverdraw, refused by the insert's condition on the
+// locked row), ErrInvalidAmount, ErrOutOfRange. After an error the caller must roll back.
 func (l Ledger) Post(ctx context.Context, tx Tx, p Posting) (Posted, error) {
 	q := dbsqlc.New(tx)
 	inserted, err := q.LedgerInsert(ctx, dbsqlc.LedgerInsertParams{
@@ -115,9 +122,10 @@ func (l Ledger) Post(ctx context.Context, tx Tx, p Posting) (Posted, error) {
 		Description:   p.Description,
 		DedupeKey:     nullable(p.DedupeKey),
 		PaymentIntent: nullable(p.PaymentIntent),
+		NoOverdraw:    p.NoOverdraw,
 	})
 	if isNoRows(err) {
-		out, err := replayOf(ctx, q, p)
+		out, err := notInserted(ctx, tx, p)
 		l.observeTaken(p.Kind, err)
 		return out, err
 	}
@@ -125,15 +133,12 @@ func (l Ledger) Post(ctx context.Context, tx Tx, p Posting) (Posted, error) {
 		return Posted{}, fmt.Errorf("insert %s entry for %s: %w", p.Kind, p.AccountID, MapError(err))
 	}
 
-	balance, err := addToBalance(ctx, q, p)
-	if err != nil {
-		return Posted{}, err
-	}
 	entry := Entry{
 		ID: inserted.ID, AccountID: p.AccountID, Kind: p.Kind, Amount: p.Amount, Description: p.Description,
 		DedupeKey: p.DedupeKey, PaymentIntent: p.PaymentIntent, CreatedAt: inserted.CreatedAt,
+		Seq: inserted.Seq, BalanceAfter: inserted.BalanceAfter,
 	}
-	out := Posted{Entry: entry, Posted: true, Balance: balance}
+	out := Posted{Entry: entry, Posted: true, Balance: inserted.BalanceAfter}
 	if err := l.Posted(ctx, tx, []Posted{out}); err != nil {
 		return Posted{}, err
 	}
@@ -155,33 +160,29 @@ func (l Ledger) Posted(ctx context.Context, tx Tx, posted []Posted) error {
 	return nil
 }
 
-func addToBalance(ctx context.Context, q *dbsqlc.Queries, p Posting) (int64, error) {
-	var (
-		balance int64
-		err     error
-	)
-	if p.NoOverdraw {
-		balance, err = q.AccountsBalanceAddNoOverdraw(ctx, dbsqlc.AccountsBalanceAddNoOverdrawParams{ID: p.AccountID, Amount: p.Amount})
-		if isNoRows(err) {
-			// The entry's foreign key already proved the account exists: the condition refused it.
-			return 0, fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)
+// notInserted tells why LedgerInsert returned no row: the key is stored (an exact replay, or
+// ErrDedupeConflict), or else the account does not exist, or else a no-overdraw posting did not fit.
+func notInserted(ctx context.Context, tx Tx, p Posting) (Posted, error) {
+	q := dbsqlc.New(tx)
+	if p.DedupeKey != "" {
+		row, err := q.LedgerGetByDedupeKey(ctx, p.DedupeKey)
+		if err == nil {
+			return replayOrConflict(entryFromRow(row), p)
 		}
-	} else {
-		balance, err = q.AccountsBalanceAdd(ctx, dbsqlc.AccountsBalanceAddParams{ID: p.AccountID, Amount: p.Amount})
+		if !isNoRows(err) {
+			return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, MapError(err))
+		}
 	}
-	if err != nil {
-		return 0, fmt.Errorf("update balance of %s: %w", p.AccountID, MapError(err))
+	if _, err := GetAccount(ctx, tx, p.AccountID); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Posted{}, fmt.Errorf("post %s entry: %w: %s", p.Kind, ErrAccountNotFound, p.AccountID)
+		}
+		return Posted{}, err
 	}
-	return balance, nil
-}
-
-// replayOf tells an exact replay from a key reused with other parameters.
-func replayOf(ctx context.Context, q *dbsqlc.Queries, p Posting) (Posted, error) {
-	row, err := q.LedgerGetByDedupeKey(ctx, p.DedupeKey)
-	if err != nil {
-		return Posted{}, fmt.Errorf("read entry for dedupe key %q: %w", p.DedupeKey, MapError(err))
+	if p.NoOverdraw {
+		return Posted{}, fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)
 	}
-	return replayOrConflict(entryFromRow(row), p)
+	return Posted{}, fmt.Errorf("insert %s entry for %s returned nothing, and no reason was found", p.Kind, p.AccountID)
 }
 
 // replayOrConflict compares a posting with the entry that already holds its key: the same account,
@@ -198,6 +199,7 @@ func entryFromRow(r dbsqlc.LedgerEntry) Entry {
 	return Entry{
 		ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
 		DedupeKey: deref(r.DedupeKey), PaymentIntent: deref(r.PaymentIntent), CreatedAt: r.CreatedAt,
+		Seq: r.Seq, BalanceAfter: r.BalanceAfter,
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -173,9 +175,26 @@ func TestSchemaRefusesWhatGoNeverSends(t *testing.T) {
 		{"usage", -1}, {"refund", -1}, {"dispute", -1}, {"adjustment", 1}, {"adjustment", -1},
 	}
 	for _, c := range rightSigns {
-		if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount) VALUES ('acct_raw', $1, $2)`, c.kind, c.amount); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after)
+			SELECT id, $1, $2::bigint, last_seq + 1, balance + $2::bigint FROM accounts WHERE id = 'acct_raw'`, c.kind, c.amount); err != nil {
 			t.Errorf("raw insert of %s %d refused: %v", c.kind, c.amount, err)
 		}
+	}
+
+	// An entry that does not continue the chain (a hole in seq, a wrong balance_after, a balance_after
+	// that does not start from the cached balance) is refused by ledger_chain.
+	for _, chain := range []string{
+		`SELECT id, 'adjustment', 5, last_seq + 2, balance + 5 FROM accounts WHERE id = 'acct_raw'`,
+		`SELECT id, 'adjustment', 5, last_seq + 1, balance + 6 FROM accounts WHERE id = 'acct_raw'`,
+		`SELECT id, 'adjustment', 5, last_seq + k, balance + 5 * k FROM accounts, generate_series(1, 3) k WHERE id = 'acct_raw' AND k <> 2`,
+	} {
+		_, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after) `+chain)
+		if !errors.Is(db.MapError(err), db.ErrChainBroken) {
+			t.Errorf("entries %q: err = %v, want ErrChainBroken", chain, err)
+		}
+	}
+	if b := balance(t, pool, "acct_raw"); b != 101 {
+		t.Fatalf("balance %d after the raw entries, want 101 (100 and the right signs' 1)", b)
 	}
 
 	for _, stmt := range []string{
@@ -336,7 +355,69 @@ func TestVerifyFindsTamperedBalance(t *testing.T) {
 	if len(violations) != 1 || violations[0].Check != "balance" {
 		t.Fatalf("violations = %v, want one balance violation", violations)
 	}
-	if want := "account acct_tampered: cached balance 701, ledger sum 700"; violations[0].Detail != want {
+	if want := "account acct_tampered: cached balance 701 (last seq 1), ledger sum 700, last entry's balance_after 700 (seq 1)"; violations[0].Detail != want {
 		t.Fatalf("detail = %q, want %q", violations[0].Detail, want)
+	}
+}
+
+// A tampered balance_after (the append-only trigger switched off by the table's owner) is reported by
+// verify's chain check: the entry itself and the next one, which no longer continues it.
+func TestVerifyFindsTamperedBalanceAfter(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	createAccount(t, pool, "acct_chain")
+	for i, amount := range []int64{700, -100, 50} {
+		kind := db.KindAdjustment
+		if i == 0 {
+			kind = db.KindTopup
+		}
+		if _, err := post(t, pool, db.Posting{AccountID: "acct_chain", Kind: kind, Amount: amount, DedupeKey: fmt.Sprintf("k%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT balance_after FROM ledger WHERE account_id = 'acct_chain' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || !slices.Equal(chain, []int64{700, 600, 650}) {
+		t.Fatalf("balance_after chain = %v, %v; want [700 600 650]", chain, err)
+	}
+	if violations, err := db.Verify(ctx, pool, timeNow(), parkedAfter, parkedAfter); err != nil || len(violations) != 0 {
+		t.Fatalf("clean ledger: %v, %v; want no violations", violations, err)
+	}
+	err = db.InTx(ctx, pool, func(tx pgx.Tx) error {
+		for _, stmt := range []string{
+			`ALTER TABLE ledger DISABLE TRIGGER ledger_append_only`,
+			`UPDATE ledger SET balance_after = 601 WHERE account_id = 'acct_chain' AND seq = 2`,
+			`ALTER TABLE ledger ENABLE TRIGGER ledger_append_only`,
+		} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	violations, err := db.Verify(ctx, pool, timeNow(), parkedAfter, parkedAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var details []string
+	for _, v := range violations {
+		if v.Check != "chain" {
+			t.Fatalf("violation %v, want only chain violations", v)
+		}
+		details = append(details, v.Detail)
+	}
+	want := []string{
+		"account acct_chain: entry 2 (seq 2, amount -100) has balance_after 601, want seq 2 and balance_after 600",
+		"account acct_chain: entry 3 (seq 3, amount 50) has balance_after 650, want seq 3 and balance_after 651",
+	}
+	if !slices.Equal(details, want) {
+		t.Fatalf("violations:\n  %s\nwant:\n  %s", strings.Join(details, "\n  "), strings.Join(want, "\n  "))
 	}
 }

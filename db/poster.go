@@ -19,18 +19,18 @@ import (
 // Poster posts entries with group commit. Every posting on one account serialises on that account's
 // balance row, so one transaction per posting caps a hot account at one fsync'd commit per posting.
 // Poster gathers the concurrent postings of one account for a few milliseconds and commits them in
-// ONE transaction: the account row locked first, one set-based insert under ledger_dedupe_idx, one
-// balance update.
+// ONE transaction: the account row locked first, one set-based insert under ledger_dedupe_idx that
+// numbers the entries and carries their balance_after, the balance moved by ledger_chain.
 //
 // To each caller, Post is exactly one InTx + Ledger.Post: an exact replay is Posted=false with the
 // original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
 // does not fit is ErrInsufficientBalance, one that would carry the balance beyond a bigint is
 // ErrOutOfRange, and the answer comes only after the group committed. A stored key is answered as a
-// replay or a conflict before admission is considered, as Ledger.Post inserts before it looks at the
-// balance: a retried debit is a replay however the balance moved since. One member's refusal never
+// replay or a conflict before admission is considered, as Ledger.Post looks the key up before it
+// reports a refusal: a retried debit is a replay however the balance moved since. One member's refusal never
 // fails the others: admission is computed in arrival order against the locked balance, and only
 // admitted postings are inserted. The database holds the no-overdraw rule for the group too: its one
-// balance update (AccountsBalanceAddGroup) happens only if the running balance after each admitted
+// insert (LedgerInsertGroup) inserts nothing unless the running balance after each admitted
 // no-overdraw entry stays at or above zero, so a wrong plan fails the group (whose members then post
 // one by one) and never overdraws. When the group transaction fails as a whole with a
 // transient error, every member gets that error; any other failure of the group (an invalid amount, a
@@ -301,7 +301,7 @@ func (s *Poster) postAlone(ctx context.Context, m *member) {
 }
 
 // lostLockRace reports a deadlock or serialization failure: the group rolled back and may simply run
-// again (a same-key posting through Ledger.Post inserts before it locks the row; a group locks first).
+// again (another transaction may hold a key the group inserts while it waits for the group's account).
 func lostLockRace(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) &&
@@ -347,15 +347,13 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 		if err != nil {
 			return err
 		}
-		if err := addGroupToBalance(ctx, q, group, plan); err != nil {
-			return err
+		if n := len(inserted); n > 0 && inserted[n-1].BalanceAfter != plan.balance {
+			return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, inserted[n-1].BalanceAfter, plan.balance)
 		}
 
 		posted := make([]Posted, len(plan.insert))
-		running := start
 		for k, i := range plan.insert {
-			running += inserted[k].Amount
-			outcomes[i] = outcome{posted: Posted{Entry: inserted[k], Posted: true, Balance: running}}
+			outcomes[i] = outcome{posted: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
 			posted[k] = outcomes[i].posted
 		}
 		for i, first := range plan.duplicateOf {
@@ -364,35 +362,6 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 		return s.ledger.Posted(ctx, tx, posted)
 	})
 	return outcomes, err
-}
-
-// errGroupOverdraw: the group's plan would take the balance below zero through a no-overdraw entry,
-// and AccountsBalanceAddGroup refused it. The plan is wrong; the members post one by one.
-var errGroupOverdraw = errors.New("the group's balance update was refused: a no-overdraw entry would overdraw")
-
-// addGroupToBalance moves the locked balance by the admitted entries in one conditional update, which
-// checks the plan's no-overdraw admissions again in SQL.
-func addGroupToBalance(ctx context.Context, q *dbsqlc.Queries, group []*member, plan groupPlan) error {
-	if len(plan.insert) == 0 {
-		return nil
-	}
-	account := group[0].posting.AccountID
-	arg := dbsqlc.AccountsBalanceAddGroupParams{ID: account}
-	for _, i := range plan.insert {
-		arg.Amounts = append(arg.Amounts, group[i].posting.Amount)
-		arg.NoOverdraw = append(arg.NoOverdraw, group[i].posting.NoOverdraw)
-	}
-	balance, err := q.AccountsBalanceAddGroup(ctx, arg)
-	if isNoRows(err) {
-		return fmt.Errorf("update balance of %s: %w", account, errGroupOverdraw)
-	}
-	if err != nil {
-		return fmt.Errorf("update balance of %s: %w", account, err)
-	}
-	if balance != plan.balance {
-		return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, balance, plan.balance)
-	}
-	return nil
 }
 
 // groupKeys returns the group's dedupe keys.
@@ -482,22 +451,27 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 }
 
 // insertGroup inserts the admitted members in one statement and returns their entries in the order
-// of insert. A key posted meanwhile by another transaction returns no row for it: errRegroup.
+// of insert. A key posted meanwhile by another transaction returns no row for it, or breaks the chain
+// (ledger_chain) when it was not the last: errRegroup. So does a plan whose no-overdraw admissions the
+// statement refused (no row at all): planned again it fails again, and then its members post one by one.
 func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert []int) ([]Entry, error) {
 	if len(insert) == 0 {
 		return nil, nil
 	}
-	var arg dbsqlc.LedgerInsertGroupParams
+	arg := dbsqlc.LedgerInsertGroupParams{AccountID: group[insert[0]].posting.AccountID}
 	for _, i := range insert {
 		p := group[i].posting
-		arg.AccountIDs = append(arg.AccountIDs, p.AccountID)
 		arg.Kinds = append(arg.Kinds, p.Kind)
 		arg.Amounts = append(arg.Amounts, p.Amount)
 		arg.Descriptions = append(arg.Descriptions, p.Description)
 		arg.DedupeKeys = append(arg.DedupeKeys, p.DedupeKey)
 		arg.PaymentIntents = append(arg.PaymentIntents, p.PaymentIntent)
+		arg.NoOverdraw = append(arg.NoOverdraw, p.NoOverdraw)
 	}
 	rows, err := q.LedgerInsertGroup(ctx, arg)
+	if errors.Is(MapError(err), ErrChainBroken) {
+		return nil, errRegroup
+	}
 	if err != nil {
 		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].posting.AccountID, err)
 	}
@@ -515,6 +489,7 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 		entries[k] = Entry{
 			ID: rows[k].ID, AccountID: p.AccountID, Kind: p.Kind, Amount: p.Amount, Description: p.Description,
 			DedupeKey: p.DedupeKey, PaymentIntent: p.PaymentIntent, CreatedAt: rows[k].CreatedAt,
+			Seq: rows[k].Seq, BalanceAfter: rows[k].BalanceAfter,
 		}
 	}
 	return entries, nil

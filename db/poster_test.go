@@ -170,8 +170,8 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 			t.Fatalf("entry %d's caller saw balance %d, want %d", o.Entry.ID, o.Balance, running)
 		}
 	}
-	// Entries of one transaction share now(): the burst must have committed in a few groups.
-	groups := count(t, pool, `SELECT count(DISTINCT created_at) FROM ledger WHERE id > $1`, prior.Entry.ID)
+	// Entries of one transaction share its xmin: the burst must have committed in a few groups.
+	groups := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM ledger WHERE id > $1`, prior.Entry.ID)
 	t.Logf("the burst committed in %d transactions", groups)
 	if groups > 8 {
 		t.Fatalf("the burst committed in %d transactions; group commit should need a few", groups)
@@ -275,7 +275,7 @@ func TestPosterCallerThatLeavesBeforeItsGroupPostsNothing(t *testing.T) {
 	}
 }
 
-// TestGroupBalanceUpdateHoldsNoOverdrawInSQL: the group's one balance update refuses, in SQL, a plan
+// TestGroupBalanceUpdateHoldsNoOverdrawInSQL: the group's one insert refuses, in SQL, a plan
 // whose running balance would go below zero after a no-overdraw entry — even when the group's total
 // is positive — so a planner bug fails the group instead of overdrawing. Entries without the rule
 // (usage, reversals) may still take the balance below zero.
@@ -289,7 +289,7 @@ func TestGroupBalanceUpdateHoldsNoOverdrawInSQL(t *testing.T) {
 	}
 	update := func(postings ...db.Posting) error {
 		return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
-			return db.AddGroupToBalance(context.Background(), tx, postings)
+			return db.InsertGroupAsAdmitted(context.Background(), tx, postings)
 		})
 	}
 	debit := func(amount int64) db.Posting { return adjustment(acct, "", amount) }

@@ -29,7 +29,17 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 		return nil, fmt.Errorf("check balances: %w", MapError(err))
 	}
 	for _, b := range balances {
-		out = append(out, Violation{"balance", fmt.Sprintf("account %s: cached balance %d, ledger sum %d", b.ID, b.Cached, b.LedgerSum)})
+		out = append(out, Violation{"balance", fmt.Sprintf("account %s: cached balance %d (last seq %d), ledger sum %d, last entry's balance_after %d (seq %d)",
+			b.ID, b.Cached, b.LastSeq, b.LedgerSum, b.LastBalanceAfter, b.LedgerLastSeq)})
+	}
+
+	breaks, err := queries.LedgerChainBreaks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check balance chains: %w", MapError(err))
+	}
+	for _, c := range breaks {
+		out = append(out, Violation{"chain", fmt.Sprintf("account %s: entry %d (seq %d, amount %d) has balance_after %d, want seq %d and balance_after %d",
+			c.AccountID, c.ID, c.Seq, c.Amount, c.BalanceAfter, c.ExpectedSeq, c.ExpectedBalanceAfter)})
 	}
 
 	dupes, err := queries.LedgerDuplicateDedupeKeys(ctx)

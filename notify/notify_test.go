@@ -549,3 +549,56 @@ func TestEnqueueIsUniquePerEntry(t *testing.T) {
 		t.Fatalf("jobs = %v, want one for %s", all, notify.NotificationID(p.Entry.ID))
 	}
 }
+
+// Three decisions billed in one chunk (-7, -5, -3 from 1000) notify the balance each entry left —
+// 993, 988, 985 — not the chunk's final balance.
+func TestBilledUsageNotifiesEachEntrysOwnBalance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const acct = "acct_billed"
+	pool, recv, ledger := running(t, acct, always(http.StatusOK))
+	if _, err := post(ctx, pool, ledger, topup(acct, "evt_billed", 1000)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := db.StoreDecisions(ctx, pool, []db.Decision{
+		{ID: "d1", AccountID: acct, Cost: 7, OccurredAt: now},
+		{ID: "d2", AccountID: acct, Cost: 5, OccurredAt: now},
+		{ID: "d3", AccountID: acct, Cost: 3, OccurredAt: now},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := ledger.BillChunk(ctx, pool, 0, 3, 100)
+	if err != nil || len(chunk.Posted) != 3 {
+		t.Fatalf("bill chunk = %+v, %v; want three entries", chunk, err)
+	}
+	want := map[string]int64{"decision:d1": 993, "decision:d2": 988, "decision:d3": 985}
+	byID := map[string]int64{}
+	for _, p := range chunk.Posted {
+		if p.Balance != want[p.Entry.DedupeKey] || p.Entry.BalanceAfter != p.Balance {
+			t.Fatalf("entry %s: balance %d, balance_after %d, want %d", p.Entry.DedupeKey, p.Balance, p.Entry.BalanceAfter, want[p.Entry.DedupeKey])
+		}
+		id := notify.NotificationID(p.Entry.ID)
+		byID[id] = p.Balance
+		waitForState(t, pool, id, "completed")
+	}
+	if got := balance(t, pool, acct); got != 985 {
+		t.Fatalf("balance = %d, want 985", got)
+	}
+	seen := 0
+	for _, d := range recv.deliveries() {
+		var n notify.Notification
+		if err := json.Unmarshal(d.body, &n); err != nil {
+			t.Fatal(err)
+		}
+		if b, ok := byID[n.ID]; ok {
+			seen++
+			if n.Balance != b {
+				t.Fatalf("notification %s carries balance %d, want %d", n.ID, n.Balance, b)
+			}
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("%d usage notifications delivered, want 3", seen)
+	}
+}

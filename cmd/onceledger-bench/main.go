@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings, holds or billing")
+	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings, holds, statement or billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, databaseURL: databaseURL, pool: pool, http: newClient(srv.base)}
+	b := &bench{o: o, databaseURL: databaseURL, pool: pool, http: newClient(srv.base), srv: srv}
 	b.all(ctx)
 	hwm, hwmErr := srv.statusKB("VmHWM")
 	stopErr := srv.stop()
@@ -127,6 +127,7 @@ type bench struct {
 	databaseURL string
 	pool        *pgxpool.Pool
 	http        *client
+	srv         *server
 	rows        []row
 }
 
@@ -152,6 +153,9 @@ func (b *bench) all(ctx context.Context) {
 	}
 	if b.wants("holds") {
 		b.holds(ctx, d)
+	}
+	if b.wants("statement") {
+		b.statement(ctx, b.srv)
 	}
 	if b.wants("billing") {
 		b.billing(ctx)

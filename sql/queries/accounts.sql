@@ -12,50 +12,6 @@ SELECT id, currency, balance, created_at, held
 FROM accounts
 WHERE id = @id;
 
--- name: AccountsBalanceAdd :one
--- Moves the cached balance by amount, in the transaction that inserted the matching ledger entry.
--- Returns no row when the account does not exist.
-UPDATE accounts
-SET balance = balance + @amount
-WHERE id = @id
-RETURNING balance;
-
--- name: AccountsBalanceAddNoOverdraw :one
--- Like AccountsBalanceAdd, but refuses to take the balance below zero. The condition is evaluated on
--- the locked, current row (not on an earlier read), so concurrent debits can never overdraw together.
--- Returns no row when the account does not exist or the balance would go below zero.
-UPDATE accounts
-SET balance = balance + @amount
-WHERE id = @id
-  AND balance + @amount >= 0
-RETURNING balance;
-
--- name: AccountsBalanceAddGroup :one
--- Moves the cached balance by a posting group's entries (amounts, in the order they were inserted),
--- in the transaction that inserted them, on the row the group locked. The no-overdraw rule is held
--- here, not only by the group's plan: the update happens only if the running balance after each
--- entry flagged no_overdraw (the arrays read in lockstep) is not below zero, exactly as
--- AccountsBalanceAddNoOverdraw applied one entry at a time would allow. Entries not flagged (usage,
--- reversals) may take it below zero. Returns no row when the account does not exist or a flagged
--- entry would overdraw: the whole group then fails and nothing it inserted commits. Sums are numeric,
--- so a total beyond bigint fails with numeric_value_out_of_range instead of wrapping.
-WITH steps AS (
-    SELECT (@no_overdraw::boolean[])[i] AS no_overdraw,
-           sum((@amounts::bigint[])[i]::numeric) OVER (ORDER BY i) AS running
-    FROM generate_subscripts(@amounts::bigint[], 1) AS i
-)
-UPDATE accounts a
-SET balance = (a.balance + coalesce((SELECT sum(x::numeric) FROM unnest(@amounts::bigint[]) AS x), 0))::bigint
-WHERE a.id = @id
-  AND NOT EXISTS (
-    SELECT 1
-    FROM steps
-    WHERE steps.no_overdraw
-      AND a.balance + steps.running < 0
-  )
-RETURNING a.balance;
-
-
 -- name: AccountsHeldReserve :one
 -- Reserves amount for a hold: held grows only while the available balance (balance - held) covers it.
 -- The condition is evaluated on the locked, current row (not on an earlier read), so concurrent
@@ -77,16 +33,22 @@ WHERE id = @id
 RETURNING balance, held;
 
 -- name: AccountsBalanceMismatches :many
--- Accounts whose cached balance differs from the sum of their ledger entries (verify). Empty when the
--- invariant holds.
-SELECT a.id, a.balance AS cached, coalesce(l.total, 0)::bigint AS ledger_sum
+-- Accounts whose cached balance differs from the sum of their ledger entries, from the balance_after
+-- of their last entry (by seq), or whose last_seq is not that entry's seq (verify). Empty when the
+-- invariants hold.
+SELECT a.id, a.balance AS cached, coalesce(l.total, 0)::bigint AS ledger_sum,
+       coalesce(l.last_balance_after, 0)::bigint AS last_balance_after,
+       a.last_seq, coalesce(l.last_seq, 0)::bigint AS ledger_last_seq
 FROM accounts a
 LEFT JOIN (
-    SELECT account_id, sum(amount) AS total
+    SELECT account_id, sum(amount) AS total, max(seq) AS last_seq,
+           (array_agg(balance_after ORDER BY seq DESC))[1] AS last_balance_after
     FROM ledger
     GROUP BY account_id
 ) l ON l.account_id = a.id
 WHERE a.balance <> coalesce(l.total, 0)
+   OR a.balance <> coalesce(l.last_balance_after, 0)
+   OR a.last_seq <> coalesce(l.last_seq, 0)
 ORDER BY a.id;
 
 -- name: AccountsLockForBilling :many
@@ -101,9 +63,10 @@ ORDER BY id
 FOR NO KEY UPDATE;
 
 -- name: AccountsLockForGroup :one
--- Locks the account row of a posting group and returns its balance. The group decides which of its
--- no-overdraw members fit against this balance, and nothing else can move it before the group commits.
--- NO KEY UPDATE is the lock the balance update takes anyway: it leaves other transactions' foreign-key
+-- Locks the account row of a posting group, before any of its entries is inserted, and returns its
+-- balance. The group decides which of its no-overdraw members fit against this balance, and nothing
+-- else can move it (or its last_seq, which numbers the entries) before the group commits. NO KEY UPDATE
+-- is the lock ledger_chain's balance update takes anyway: it leaves other transactions' foreign-key
 -- checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
 -- not exist.
 SELECT balance

@@ -7,111 +7,38 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 )
-
-const accountsBalanceAdd = `-- name: AccountsBalanceAdd :one
-UPDATE accounts
-SET balance = balance + $1
-WHERE id = $2
-RETURNING balance
-`
-
-type AccountsBalanceAddParams struct {
-	Amount int64
-	ID     string
-}
-
-// Moves the cached balance by amount, in the transaction that inserted the matching ledger entry.
-// Returns no row when the account does not exist.
-func (q *Queries) AccountsBalanceAdd(ctx context.Context, arg AccountsBalanceAddParams) (int64, error) {
-	row := q.db.QueryRow(ctx, accountsBalanceAdd, arg.Amount, arg.ID)
-	var balance int64
-	err := row.Scan(&balance)
-	return balance, err
-}
-
-const accountsBalanceAddGroup = `-- name: AccountsBalanceAddGroup :one
-WITH steps AS (
-    SELECT ($3::boolean[])[i] AS no_overdraw,
-           sum(($1::bigint[])[i]::numeric) OVER (ORDER BY i) AS running
-    FROM generate_subscripts($1::bigint[], 1) AS i
-)
-UPDATE accounts a
-SET balance = (a.balance + coalesce((SELECT sum(x::numeric) FROM unnest($1::bigint[]) AS x), 0))::bigint
-WHERE a.id = $2
-  AND NOT EXISTS (
-    SELECT 1
-    FROM steps
-    WHERE steps.no_overdraw
-      AND a.balance + steps.running < 0
-  )
-RETURNING a.balance
-`
-
-type AccountsBalanceAddGroupParams struct {
-	Amounts    []int64
-	ID         string
-	NoOverdraw []bool
-}
-
-// Moves the cached balance by a posting group's entries (amounts, in the order they were inserted),
-// in the transaction that inserted them, on the row the group locked. The no-overdraw rule is held
-// here, not only by the group's plan: the update happens only if the running balance after each
-// entry flagged no_overdraw (the arrays read in lockstep) is not below zero, exactly as
-// AccountsBalanceAddNoOverdraw applied one entry at a time would allow. Entries not flagged (usage,
-// reversals) may take it below zero. Returns no row when the account does not exist or a flagged
-// entry would overdraw: the whole group then fails and nothing it inserted commits. Sums are numeric,
-// so a total beyond bigint fails with numeric_value_out_of_range instead of wrapping.
-func (q *Queries) AccountsBalanceAddGroup(ctx context.Context, arg AccountsBalanceAddGroupParams) (int64, error) {
-	row := q.db.QueryRow(ctx, accountsBalanceAddGroup, arg.Amounts, arg.ID, arg.NoOverdraw)
-	var balance int64
-	err := row.Scan(&balance)
-	return balance, err
-}
-
-const accountsBalanceAddNoOverdraw = `-- name: AccountsBalanceAddNoOverdraw :one
-UPDATE accounts
-SET balance = balance + $1
-WHERE id = $2
-  AND balance + $1 >= 0
-RETURNING balance
-`
-
-type AccountsBalanceAddNoOverdrawParams struct {
-	Amount int64
-	ID     string
-}
-
-// Like AccountsBalanceAdd, but refuses to take the balance below zero. The condition is evaluated on
-// the locked, current row (not on an earlier read), so concurrent debits can never overdraw together.
-// Returns no row when the account does not exist or the balance would go below zero.
-func (q *Queries) AccountsBalanceAddNoOverdraw(ctx context.Context, arg AccountsBalanceAddNoOverdrawParams) (int64, error) {
-	row := q.db.QueryRow(ctx, accountsBalanceAddNoOverdraw, arg.Amount, arg.ID)
-	var balance int64
-	err := row.Scan(&balance)
-	return balance, err
-}
 
 const accountsBalanceMismatches = `-- name: AccountsBalanceMismatches :many
-SELECT a.id, a.balance AS cached, coalesce(l.total, 0)::bigint AS ledger_sum
+SELECT a.id, a.balance AS cached, coalesce(l.total, 0)::bigint AS ledger_sum,
+       coalesce(l.last_balance_after, 0)::bigint AS last_balance_after,
+       a.last_seq, coalesce(l.last_seq, 0)::bigint AS ledger_last_seq
 FROM accounts a
 LEFT JOIN (
-    SELECT account_id, sum(amount) AS total
+    SELECT account_id, sum(amount) AS total, max(seq) AS last_seq,
+           (array_agg(balance_after ORDER BY seq DESC))[1] AS last_balance_after
     FROM ledger
     GROUP BY account_id
 ) l ON l.account_id = a.id
 WHERE a.balance <> coalesce(l.total, 0)
+   OR a.balance <> coalesce(l.last_balance_after, 0)
+   OR a.last_seq <> coalesce(l.last_seq, 0)
 ORDER BY a.id
 `
 
 type AccountsBalanceMismatchesRow struct {
-	ID        string
-	Cached    int64
-	LedgerSum int64
+	ID               string
+	Cached           int64
+	LedgerSum        int64
+	LastBalanceAfter int64
+	LastSeq          int64
+	LedgerLastSeq    int64
 }
 
-// Accounts whose cached balance differs from the sum of their ledger entries (verify). Empty when the
-// invariant holds.
+// Accounts whose cached balance differs from the sum of their ledger entries, from the balance_after
+// of their last entry (by seq), or whose last_seq is not that entry's seq (verify). Empty when the
+// invariants hold.
 func (q *Queries) AccountsBalanceMismatches(ctx context.Context) ([]AccountsBalanceMismatchesRow, error) {
 	rows, err := q.db.Query(ctx, accountsBalanceMismatches)
 	if err != nil {
@@ -121,7 +48,14 @@ func (q *Queries) AccountsBalanceMismatches(ctx context.Context) ([]AccountsBala
 	items := []AccountsBalanceMismatchesRow{}
 	for rows.Next() {
 		var i AccountsBalanceMismatchesRow
-		if err := rows.Scan(&i.ID, &i.Cached, &i.LedgerSum); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Cached,
+			&i.LedgerSum,
+			&i.LastBalanceAfter,
+			&i.LastSeq,
+			&i.LedgerLastSeq,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -138,10 +72,18 @@ FROM accounts
 WHERE id = $1
 `
 
+type AccountsGetRow struct {
+	ID        string
+	Currency  string
+	Balance   int64
+	CreatedAt time.Time
+	Held      int64
+}
+
 // Returns no row when the account does not exist.
-func (q *Queries) AccountsGet(ctx context.Context, id string) (Account, error) {
+func (q *Queries) AccountsGet(ctx context.Context, id string) (AccountsGetRow, error) {
 	row := q.db.QueryRow(ctx, accountsGet, id)
-	var i Account
+	var i AccountsGetRow
 	err := row.Scan(
 		&i.ID,
 		&i.Currency,
@@ -220,11 +162,19 @@ type AccountsInsertParams struct {
 	Currency string
 }
 
+type AccountsInsertRow struct {
+	ID        string
+	Currency  string
+	Balance   int64
+	CreatedAt time.Time
+	Held      int64
+}
+
 // Creates the account unless one with this id exists. Returns no row when it already existed:
 // the primary key, not a prior read, decides which of several concurrent creations wins.
-func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) (Account, error) {
+func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) (AccountsInsertRow, error) {
 	row := q.db.QueryRow(ctx, accountsInsert, arg.ID, arg.Currency)
-	var i Account
+	var i AccountsInsertRow
 	err := row.Scan(
 		&i.ID,
 		&i.Currency,
@@ -274,9 +224,10 @@ WHERE id = $1
 FOR NO KEY UPDATE
 `
 
-// Locks the account row of a posting group and returns its balance. The group decides which of its
-// no-overdraw members fit against this balance, and nothing else can move it before the group commits.
-// NO KEY UPDATE is the lock the balance update takes anyway: it leaves other transactions' foreign-key
+// Locks the account row of a posting group, before any of its entries is inserted, and returns its
+// balance. The group decides which of its no-overdraw members fit against this balance, and nothing
+// else can move it (or its last_seq, which numbers the entries) before the group commits. NO KEY UPDATE
+// is the lock ledger_chain's balance update takes anyway: it leaves other transactions' foreign-key
 // checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
 // not exist.
 func (q *Queries) AccountsLockForGroup(ctx context.Context, id string) (int64, error) {

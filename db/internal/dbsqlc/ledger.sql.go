@@ -10,6 +10,87 @@ import (
 	"time"
 )
 
+const ledgerBalanceAt = `-- name: LedgerBalanceAt :one
+SELECT coalesce((
+    SELECT balance_after
+    FROM ledger
+    WHERE account_id = $1
+      AND created_at <= $2
+    ORDER BY created_at DESC, seq DESC
+    LIMIT 1
+), 0)::bigint AS balance
+`
+
+type LedgerBalanceAtParams struct {
+	AccountID string
+	At        time.Time
+}
+
+// The balance_after of the account's last entry created at or before at (ledger_account_created_idx);
+// 0 when there is none. Does not say whether the account exists.
+func (q *Queries) LedgerBalanceAt(ctx context.Context, arg LedgerBalanceAtParams) (int64, error) {
+	row := q.db.QueryRow(ctx, ledgerBalanceAt, arg.AccountID, arg.At)
+	var balance int64
+	err := row.Scan(&balance)
+	return balance, err
+}
+
+const ledgerChainBreaks = `-- name: LedgerChainBreaks :many
+SELECT account_id, seq, id, amount, balance_after, expected_seq::bigint AS expected_seq,
+       expected_balance_after::bigint AS expected_balance_after
+FROM (
+    SELECT account_id, seq, id, amount, balance_after,
+           coalesce(lag(seq) OVER w, 0) + 1 AS expected_seq,
+           coalesce(lag(balance_after) OVER w, 0) + amount::numeric AS expected_balance_after
+    FROM ledger
+    WINDOW w AS (PARTITION BY account_id ORDER BY seq)
+) chain
+WHERE seq <> expected_seq OR balance_after <> expected_balance_after
+ORDER BY account_id, seq
+LIMIT 1000
+`
+
+type LedgerChainBreaksRow struct {
+	AccountID            string
+	Seq                  int64
+	ID                   int64
+	Amount               int64
+	BalanceAfter         int64
+	ExpectedSeq          int64
+	ExpectedBalanceAfter int64
+}
+
+// Entries that break their account's chain (verify), set-based with one window over the ledger: a seq
+// that does not follow the previous one by 1 (the first is 1), or a balance_after that is not the
+// previous one plus amount (the first: amount). Empty when the chain holds.
+func (q *Queries) LedgerChainBreaks(ctx context.Context) ([]LedgerChainBreaksRow, error) {
+	rows, err := q.db.Query(ctx, ledgerChainBreaks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerChainBreaksRow{}
+	for rows.Next() {
+		var i LedgerChainBreaksRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.Seq,
+			&i.ID,
+			&i.Amount,
+			&i.BalanceAfter,
+			&i.ExpectedSeq,
+			&i.ExpectedBalanceAfter,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ledgerDuplicateDedupeKeys = `-- name: LedgerDuplicateDedupeKeys :many
 SELECT dedupe_key::text AS dedupe_key, count(*) AS entries
 FROM ledger
@@ -47,7 +128,7 @@ func (q *Queries) LedgerDuplicateDedupeKeys(ctx context.Context) ([]LedgerDuplic
 }
 
 const ledgerGetByDedupeKey = `-- name: LedgerGetByDedupeKey :one
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
 FROM ledger
 WHERE dedupe_key = $1::text
 `
@@ -66,88 +147,130 @@ func (q *Queries) LedgerGetByDedupeKey(ctx context.Context, dedupeKey string) (L
 		&i.DedupeKey,
 		&i.PaymentIntent,
 		&i.CreatedAt,
+		&i.Seq,
+		&i.BalanceAfter,
 	)
 	return i, err
 }
 
 const ledgerInsert = `-- name: LedgerInsert :one
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
+SELECT a.id, $1, $2::bigint, $3, $4, $5,
+       a.last_seq + 1, a.balance + $2::bigint
+FROM accounts a
+WHERE a.id = $6
+  AND (NOT $7::boolean OR a.balance + $2::bigint >= 0)
+FOR NO KEY UPDATE
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, created_at
+RETURNING id, seq, balance_after, created_at
 `
 
 type LedgerInsertParams struct {
-	AccountID     string
 	Kind          string
 	Amount        int64
 	Description   string
 	DedupeKey     *string
 	PaymentIntent *string
+	AccountID     string
+	NoOverdraw    bool
 }
 
 type LedgerInsertRow struct {
-	ID        int64
-	CreatedAt time.Time
+	ID           int64
+	Seq          int64
+	BalanceAfter int64
+	CreatedAt    time.Time
 }
 
-// Appends an entry. With a dedupe key, an entry is inserted at most once (ledger_dedupe_idx): when the
-// key was already posted it returns no row, which means "already done", never an error. A concurrent
-// insert of the same key waits for the first transaction and then returns no row (or inserts, if the
-// first rolled back).
+// Appends an entry after locking its account row (FOR NO KEY UPDATE: other entries' foreign-key checks
+// stay free), numbered last_seq + 1 with balance_after = balance + amount from that locked row; the
+// trigger ledger_chain then moves the account. With a dedupe key, an entry is inserted at most once
+// (ledger_dedupe_idx). Returns no row when the key was already posted ("already done", never an error),
+// when the account does not exist, or, with no_overdraw, when the locked balance plus amount would be
+// below zero; the caller tells these apart. A balance beyond a bigint fails with
+// numeric_value_out_of_range.
 func (q *Queries) LedgerInsert(ctx context.Context, arg LedgerInsertParams) (LedgerInsertRow, error) {
 	row := q.db.QueryRow(ctx, ledgerInsert,
-		arg.AccountID,
 		arg.Kind,
 		arg.Amount,
 		arg.Description,
 		arg.DedupeKey,
 		arg.PaymentIntent,
+		arg.AccountID,
+		arg.NoOverdraw,
 	)
 	var i LedgerInsertRow
-	err := row.Scan(&i.ID, &i.CreatedAt)
+	err := row.Scan(
+		&i.ID,
+		&i.Seq,
+		&i.BalanceAfter,
+		&i.CreatedAt,
+	)
 	return i, err
 }
 
 const ledgerInsertGroup = `-- name: LedgerInsertGroup :many
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent)
-SELECT unnest($1::text[]),
-       unnest($2::text[]),
-       unnest($3::bigint[]),
-       unnest($4::text[]),
-       nullif(unnest($5::text[]), ''),
-       nullif(unnest($6::text[]), '')
+WITH steps AS (
+    SELECT a.id AS account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.no_overdraw,
+           e.k, a.last_seq + e.k AS seq,
+           a.balance + sum(e.amount::numeric) OVER (ORDER BY e.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+               AS balance_after
+    FROM accounts a
+    CROSS JOIN (
+        SELECT i AS k, ($1::text[])[i] AS kind, ($2::bigint[])[i] AS amount,
+               ($3::text[])[i] AS description, ($4::text[])[i] AS dedupe_key,
+               ($5::text[])[i] AS payment_intent, ($6::boolean[])[i] AS no_overdraw
+        FROM generate_subscripts($2::bigint[], 1) AS i
+    ) e
+    WHERE a.id = $7
+)
+INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
+SELECT account_id, kind, amount, description, nullif(dedupe_key, ''), nullif(payment_intent, ''), seq,
+       balance_after::bigint
+FROM steps
+WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.no_overdraw AND s.balance_after < 0)
+ORDER BY k
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, dedupe_key, created_at
+RETURNING id, dedupe_key, seq, balance_after, created_at
 `
 
 type LedgerInsertGroupParams struct {
-	AccountIDs     []string
 	Kinds          []string
 	Amounts        []int64
 	Descriptions   []string
 	DedupeKeys     []string
 	PaymentIntents []string
+	NoOverdraw     []bool
+	AccountID      string
 }
 
 type LedgerInsertGroupRow struct {
-	ID        int64
-	DedupeKey *string
-	CreatedAt time.Time
+	ID           int64
+	DedupeKey    *string
+	Seq          int64
+	BalanceAfter int64
+	CreatedAt    time.Time
 }
 
-// Appends a group's admitted entries in one statement, the arrays read in lockstep (one element per
-// entry; an empty dedupe key or payment intent means none). ledger_dedupe_idx still holds: a key
-// posted meanwhile by another transaction inserts nothing and returns no row for it. Rows are inserted,
-// and ids drawn, in array order; ledger_kind_sign_check and ledger_account_fk fail the whole statement.
+// Appends a posting group's admitted entries to one account in one statement, on the row the group
+// locked (AccountsLockForGroup); the arrays are read in lockstep, one element per entry (an empty dedupe
+// key or payment intent means none). Entries are numbered last_seq + 1, + 2, ... in array order, each
+// with balance_after = balance + the running sum, and ledger_chain moves the account. The no-overdraw
+// rule is held here, not only by the group's plan: nothing is inserted (no row returned) if the running
+// balance after an entry flagged no_overdraw would be below zero. ledger_dedupe_idx still holds: a key
+// posted meanwhile inserts nothing and returns no row for it; a skipped entry before the last leaves a
+// hole, which ledger_chain refuses (check_violation), so a group never leaves a wrong chain.
+// ledger_kind_sign_check fails the whole statement; a balance beyond a bigint fails with
+// numeric_value_out_of_range.
 func (q *Queries) LedgerInsertGroup(ctx context.Context, arg LedgerInsertGroupParams) ([]LedgerInsertGroupRow, error) {
 	rows, err := q.db.Query(ctx, ledgerInsertGroup,
-		arg.AccountIDs,
 		arg.Kinds,
 		arg.Amounts,
 		arg.Descriptions,
 		arg.DedupeKeys,
 		arg.PaymentIntents,
+		arg.NoOverdraw,
+		arg.AccountID,
 	)
 	if err != nil {
 		return nil, err
@@ -156,7 +279,13 @@ func (q *Queries) LedgerInsertGroup(ctx context.Context, arg LedgerInsertGroupPa
 	items := []LedgerInsertGroupRow{}
 	for rows.Next() {
 		var i LedgerInsertGroupRow
-		if err := rows.Scan(&i.ID, &i.DedupeKey, &i.CreatedAt); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.DedupeKey,
+			&i.Seq,
+			&i.BalanceAfter,
+			&i.CreatedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -167,8 +296,41 @@ func (q *Queries) LedgerInsertGroup(ctx context.Context, arg LedgerInsertGroupPa
 	return items, nil
 }
 
+const ledgerLastBefore = `-- name: LedgerLastBefore :one
+SELECT coalesce(max(seq), 0)::bigint AS seq, coalesce(max(balance_after), 0)::bigint AS balance_after
+FROM (
+    SELECT seq, balance_after
+    FROM ledger
+    WHERE account_id = $1
+      AND created_at < $2
+    ORDER BY created_at DESC, seq DESC
+    LIMIT 1
+) last_entry
+`
+
+type LedgerLastBeforeParams struct {
+	AccountID  string
+	BeforeTime time.Time
+}
+
+type LedgerLastBeforeRow struct {
+	Seq          int64
+	BalanceAfter int64
+}
+
+// The seq and balance_after of the account's last entry created before before_time
+// (ledger_account_created_idx), or 0 and 0 when there is none. A statement from..to is the entries with
+// seq in (last before from, last before to], so that opening + the sum of its amounts = closing by the
+// chain rule.
+func (q *Queries) LedgerLastBefore(ctx context.Context, arg LedgerLastBeforeParams) (LedgerLastBeforeRow, error) {
+	row := q.db.QueryRow(ctx, ledgerLastBefore, arg.AccountID, arg.BeforeTime)
+	var i LedgerLastBeforeRow
+	err := row.Scan(&i.Seq, &i.BalanceAfter)
+	return i, err
+}
+
 const ledgerListByAccount = `-- name: LedgerListByAccount :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
 FROM ledger
 WHERE account_id = $1
   AND ($2::bigint IS NULL OR id < $2::bigint)
@@ -202,6 +364,8 @@ func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccou
 			&i.DedupeKey,
 			&i.PaymentIntent,
 			&i.CreatedAt,
+			&i.Seq,
+			&i.BalanceAfter,
 		); err != nil {
 			return nil, err
 		}
@@ -214,7 +378,7 @@ func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccou
 }
 
 const ledgerListByDedupeKeys = `-- name: LedgerListByDedupeKeys :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
 FROM ledger
 WHERE dedupe_key = ANY($1::text[])
 `
@@ -239,6 +403,8 @@ func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []strin
 			&i.DedupeKey,
 			&i.PaymentIntent,
 			&i.CreatedAt,
+			&i.Seq,
+			&i.BalanceAfter,
 		); err != nil {
 			return nil, err
 		}
@@ -251,7 +417,7 @@ func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []strin
 }
 
 const ledgerListByPaymentIntent = `-- name: LedgerListByPaymentIntent :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
 FROM ledger
 WHERE payment_intent = $1::text
 ORDER BY id
@@ -283,6 +449,8 @@ func (q *Queries) LedgerListByPaymentIntent(ctx context.Context, arg LedgerListB
 			&i.DedupeKey,
 			&i.PaymentIntent,
 			&i.CreatedAt,
+			&i.Seq,
+			&i.BalanceAfter,
 		); err != nil {
 			return nil, err
 		}
@@ -363,15 +531,66 @@ func (q *Queries) LedgerPresentIDs(ctx context.Context, ids []int64) ([]int64, e
 	return items, nil
 }
 
+const ledgerStatementPage = `-- name: LedgerStatementPage :many
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+FROM ledger
+WHERE account_id = $1
+  AND seq > $2::bigint
+  AND seq <= $3::bigint
+ORDER BY seq
+LIMIT $4
+`
+
+type LedgerStatementPageParams struct {
+	AccountID string
+	AfterSeq  int64
+	UptoSeq   int64
+	MaxRows   int32
+}
+
+// A page of the account's entries with seq in (after_seq, upto_seq], in seq order
+// (ledger_account_seq_key): a statement reads itself page by page, in constant memory.
+func (q *Queries) LedgerStatementPage(ctx context.Context, arg LedgerStatementPageParams) ([]LedgerEntry, error) {
+	rows, err := q.db.Query(ctx, ledgerStatementPage,
+		arg.AccountID,
+		arg.AfterSeq,
+		arg.UptoSeq,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerEntry{}
+	for rows.Next() {
+		var i LedgerEntry
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.Kind,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.PaymentIntent,
+			&i.CreatedAt,
+			&i.Seq,
+			&i.BalanceAfter,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ledgerTimelineByAccount = `-- name: LedgerTimelineByAccount :many
 SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after
-FROM (
-    SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at,
-           (sum(amount) OVER (ORDER BY id))::bigint AS balance_after
-    FROM ledger
-    WHERE account_id = $1
-) timeline
-ORDER BY id DESC
+FROM ledger
+WHERE account_id = $1
+ORDER BY seq DESC
 LIMIT $2
 `
 
@@ -391,10 +610,8 @@ type LedgerTimelineByAccountRow struct {
 	BalanceAfter  int64
 }
 
-// An account's newest entries (at most max_rows), newest first, each with its account's balance right
-// after it: the running sum of the account's entries up to and including it, from the ledger itself
-// (not the cached balance), so a broken cache shows as a difference. A window sum over every entry of
-// the account (ledger_account_id_idx in id order), until entries record their balance_after.
+// An account's newest entries (at most max_rows), newest first, each with the balance_after it
+// recorded (ledger_account_seq_key, read backwards).
 func (q *Queries) LedgerTimelineByAccount(ctx context.Context, arg LedgerTimelineByAccountParams) ([]LedgerTimelineByAccountRow, error) {
 	rows, err := q.db.Query(ctx, ledgerTimelineByAccount, arg.AccountID, arg.MaxRows)
 	if err != nil {
@@ -426,33 +643,36 @@ func (q *Queries) LedgerTimelineByAccount(ctx context.Context, arg LedgerTimelin
 
 const ledgerUsageInsertForDecisions = `-- name: LedgerUsageInsertForDecisions :many
 
-WITH inserted AS (
-    INSERT INTO ledger (account_id, kind, amount, description, dedupe_key)
-    SELECT d.account_id, 'usage', -d.cost, 'decision ' || d.id, 'decision:' || d.id
+WITH chunk AS MATERIALIZED (
+    SELECT d.account_id, d.id, d.cost, d.seq,
+           -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount. A column, not a
+           -- filter: the planner cannot estimate the filter, and a guess of one row makes nested loops.
+           (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL AS unbilled
     FROM decisions d
     -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
     JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = d.account_id
     WHERE d.seq > $2::bigint
       AND d.seq <= $3::bigint
-    ORDER BY d.seq
+), chained AS (
+    -- The chain counts and sums only the unbilled decisions, which alone are inserted.
+    SELECT c.account_id, c.id, c.cost, c.seq, c.unbilled,
+           a.last_seq + count(*) FILTER (WHERE c.unbilled) OVER w AS entry_seq,
+           (a.balance - coalesce(sum(c.cost::numeric) FILTER (WHERE c.unbilled) OVER w, 0))::bigint AS balance_after
+    FROM chunk c
+    JOIN accounts a ON a.id = c.account_id
+    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+), inserted AS (
+    INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
+    SELECT account_id, 'usage', -cost, 'decision ' || id, 'decision:' || id, entry_seq, balance_after
+    FROM chained
+    WHERE unbilled
+    ORDER BY seq
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-    RETURNING id, account_id, amount, description, dedupe_key, created_at
-), per_account AS (
-    SELECT account_id, sum(amount)::bigint AS total
-    FROM inserted
-    GROUP BY account_id
-), updated AS (
-    UPDATE accounts a
-    SET balance = a.balance + p.total
-    FROM per_account p
-    WHERE a.id = p.account_id
-    RETURNING a.id, a.balance
+    RETURNING id, account_id, amount, description, dedupe_key, seq, balance_after, created_at
 )
-SELECT i.id, i.account_id, i.amount, i.description, i.dedupe_key::text AS dedupe_key, i.created_at,
-       u.balance
-FROM inserted i
-JOIN updated u ON u.id = i.account_id
-ORDER BY i.id
+SELECT id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at
+FROM inserted
+ORDER BY id
 `
 
 type LedgerUsageInsertForDecisionsParams struct {
@@ -462,13 +682,14 @@ type LedgerUsageInsertForDecisionsParams struct {
 }
 
 type LedgerUsageInsertForDecisionsRow struct {
-	ID          int64
-	AccountID   string
-	Amount      int64
-	Description string
-	DedupeKey   string
-	CreatedAt   time.Time
-	Balance     int64
+	ID           int64
+	AccountID    string
+	Amount       int64
+	Description  string
+	DedupeKey    string
+	Seq          int64
+	BalanceAfter int64
+	CreatedAt    time.Time
 }
 
 // Usage billing: the reconciler bills decisions as usage entries keyed decision:{id}, a chunk of
@@ -477,14 +698,17 @@ type LedgerUsageInsertForDecisionsRow struct {
 //
 // Per chunk, in one transaction: DecisionsChunkEnd finds the chunk, DecisionsUnbilledByAccount names
 // the accounts with decisions still to bill, AccountsLockForBilling locks them in id order,
-// LedgerUsageInsertForDecisions inserts the entries and moves those balances.
+// LedgerUsageInsertForDecisions inserts the entries (and ledger_chain moves those balances).
 // Bills the chunk (after_seq, upto_seq] in one statement: inserts a usage entry of -cost keyed
-// decision:{id} for each decision of a locked account (account_ids, from AccountsLockForBilling), then
-// moves each account's balance once, by the sum of what was actually inserted. A decision already
-// billed hits ledger_dedupe_idx and inserts nothing (ON CONFLICT DO NOTHING), so it moves no balance;
-// if another transaction is billing it right now, the insert waits for that one to finish first.
-// Only locked accounts are billed, so the balance update never takes a lock out of order. Returns
-// the entries inserted, each with its account's balance after the chunk.
+// decision:{id} for each decision not billed yet of a locked account (account_ids, from
+// AccountsLockForBilling), in decision seq order per account: numbered from the account's last_seq + 1,
+// each with balance_after = balance - the running sum of costs. ledger_chain then moves each account
+// once. Only decisions without an entry are chained, read under the account locks (billing is the only
+// path that posts decision:{id} keys, and it takes those locks first); should one be posted meanwhile
+// all the same, ON CONFLICT skips it, the chain has a hole and ledger_chain fails the statement
+// (check_violation) instead of leaving a wrong chain. Only locked accounts are billed, so the balance
+// update never takes a lock out of order. A balance beyond a bigint fails the statement with
+// numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
 func (q *Queries) LedgerUsageInsertForDecisions(ctx context.Context, arg LedgerUsageInsertForDecisionsParams) ([]LedgerUsageInsertForDecisionsRow, error) {
 	rows, err := q.db.Query(ctx, ledgerUsageInsertForDecisions, arg.AccountIDs, arg.AfterSeq, arg.UptoSeq)
 	if err != nil {
@@ -500,8 +724,9 @@ func (q *Queries) LedgerUsageInsertForDecisions(ctx context.Context, arg LedgerU
 			&i.Amount,
 			&i.Description,
 			&i.DedupeKey,
+			&i.Seq,
+			&i.BalanceAfter,
 			&i.CreatedAt,
-			&i.Balance,
 		); err != nil {
 			return nil, err
 		}

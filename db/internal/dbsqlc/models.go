@@ -12,9 +12,11 @@ import (
 type Account struct {
 	ID       string
 	Currency string
-	// Cached sum of this account's ledger entries, updated in the same transaction as each entry; `onceledger verify` checks it against the ledger.
+	// Cached sum of this account's ledger entries, equal to the balance_after of its last entry; moved only by the trigger ledger_chain_advance, in the statement that inserts the entries. `onceledger verify` checks it.
 	Balance   int64
 	CreatedAt time.Time
+	// The seq of this account's last entry (0: none). A posting locks the account row and numbers its entries last_seq + 1, + 2, ...; ledger_chain_advance moves it.
+	LastSeq int64
 	// Sum of the amounts of this account's holds in status held, moved in the transaction that reserves or resolves each hold; `onceledger verify` checks it against holds. Available = balance - held.
 	Held int64
 }
@@ -60,6 +62,10 @@ type LedgerEntry struct {
 	// The Stripe payment_intent a topup, refund or dispute entry belongs to; verify checks that the reversals of one payment never exceed its credit.
 	PaymentIntent *string
 	CreatedAt     time.Time
+	// Position of the entry within its account: 1, 2, 3, ... without holes, taken from accounts.last_seq under the account's row lock. The chain follows seq, not the global id (not ordered per account once sharded).
+	Seq int64
+	// The account's balance right after this entry: previous balance_after + amount, in seq order (the first entry: amount). Held by ledger_chain_advance and checked by verify.
+	BalanceAfter int64
 }
 
 // Every verified Stripe event, inserted in the same transaction as its effects. The primary key makes a redelivered event a no-op.
