@@ -486,8 +486,8 @@ func TestWebhookAcceptsEverySecretDuringRotation(t *testing.T) {
 	s.wantBalance("acct_1", 200)
 }
 
-// The database connection dies while the delivery is blocked mid-transaction (after the event, the
-// order and the entry were inserted, on the account's balance): 503, nothing left behind, and the
+// The database connection dies while the delivery is blocked mid-transaction (after the event and the
+// order were inserted, on the account row its entry's insert locks): 503, nothing left behind, and the
 // redelivery applies it once.
 func TestWebhookDatabaseKilledMidRequest(t *testing.T) {
 	t.Parallel()
@@ -501,7 +501,8 @@ func TestWebhookDatabaseKilledMidRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Rollback(ctx)
-	// NO KEY UPDATE lets the foreign-key checks through and stops the balance update.
+	// NO KEY UPDATE lets the foreign-key checks through and stops the entry's insert, which locks the
+	// account row first.
 	if _, err := holder.Exec(ctx, `SELECT 1 FROM accounts WHERE id = 'acct_1' FOR NO KEY UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +516,7 @@ func TestWebhookDatabaseKilledMidRequest(t *testing.T) {
 			t.Fatal("the delivery never blocked on the account row")
 		}
 		err := s.pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE accounts%'`).Scan(&blocked)
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO ledger%'`).Scan(&blocked)
 		if err != nil {
 			t.Fatal(err)
 		}
