@@ -19,6 +19,6 @@ func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledger d
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
 		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
 		Stripe: stripe,
-		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Log: log},
+		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Livemode: cfg.Livemode, Log: log},
 	}
 }

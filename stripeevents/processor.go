@@ -45,6 +45,9 @@ const (
 	// balance beyond a bigint. Moving it would halt (or wrap) the account's money; it waits for an
 	// operator instead.
 	ReasonAmountOutOfRange = "amount_out_of_range"
+	// ReasonLivemodeMismatch: a test-mode event on a live deployment, or the reverse. It moves no
+	// money whatever it says: a test card must never buy real credits.
+	ReasonLivemodeMismatch = "livemode_mismatch"
 )
 
 // Processor applies Stripe events.
@@ -54,7 +57,10 @@ type Processor struct {
 	Ledger db.Ledger
 	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
 	Stripe *client.API
-	Log    *slog.Logger
+	// Livemode is the deployment's mode (config.Config.Livemode): an event of the other mode is parked
+	// livemode_mismatch. Nil accepts both.
+	Livemode *bool
+	Log      *slog.Logger
 }
 
 // Result is what one delivery or replay did.
@@ -225,6 +231,9 @@ func park(reason, paymentIntent string) *parked {
 // A dedupe conflict parks safely here: Ledger.Post detects it with a SELECT after an insert that did
 // nothing (ON CONFLICT DO NOTHING), so no statement failed and the transaction is still usable.
 func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refundLister) (outcome, error) {
+	if p.otherMode(ev) {
+		return outcome{status: OutcomeParked, reason: ReasonLivemodeMismatch, paymentIntent: ev.paymentIntent()}, nil
+	}
 	// Outside the savepoint: rolling a savepoint back releases the locks taken in it, and a parked
 	// event must keep its payment locked until its parking commits.
 	if paymentIntent := ev.paymentIntent(); paymentIntent != "" {
@@ -246,6 +255,11 @@ func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refun
 		return outcome{status: OutcomeParked, reason: pk.reason, paymentIntent: pk.paymentIntent}, nil
 	}
 	return out, err
+}
+
+// otherMode: ev is a test-mode event on a live deployment, or the reverse.
+func (p *Processor) otherMode(ev event) bool {
+	return p.Livemode != nil && ev.Livemode != *p.Livemode
 }
 
 func setOutcome(ctx context.Context, tx db.Tx, eventID string, out outcome) error {

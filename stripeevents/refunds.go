@@ -17,7 +17,8 @@ type refundLister func(ctx context.Context, c charge) ([]refund, error)
 // a 4xx) is handed on and parks the event inside the transaction; a transient failure is returned, and
 // the delivery is answered 503 with nothing written.
 func (p *Processor) prefetchRefunds(ctx context.Context, ev event) (refundLister, error) {
-	if ev.Type != "charge.refunded" {
+	if ev.Type != "charge.refunded" || p.otherMode(ev) {
+		// Another mode's event parks without effects: nothing to ask Stripe.
 		return p.refundsOf, nil
 	}
 	var c charge
