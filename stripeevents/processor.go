@@ -57,6 +57,9 @@ type Processor struct {
 	Ledger db.Ledger
 	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
 	Stripe *client.API
+	// Reapply re-applies after commit the parked events a top-up cannot re-apply without calling
+	// Stripe (NewReapplier sets it); nil leaves them parked for `onceledger replay`.
+	Reapply *Reapplier
 	// Livemode is the deployment's mode (config.Config.Livemode): an event of the other mode is parked
 	// livemode_mismatch. Nil accepts both.
 	Livemode *bool
@@ -103,7 +106,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 			return p.duplicate(ctx, ev), nil
 		}
 	}
-	refunds, err := p.prefetchRefunds(ctx, ev)
+	f, err := p.prefetch(ctx, &ev)
 	if err != nil {
 		return Result{EventID: ev.ID, Type: ev.Type}, err
 	}
@@ -124,7 +127,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		if err != nil || duplicate {
 			return err
 		}
-		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
+		if out, err = p.apply(ctx, tx, ev, f); err != nil {
 			return err
 		}
 		if out.status == recorded.status && out.reason == "" && (out.paymentIntent == "" || out.paymentIntent == recorded.paymentIntent) {
@@ -160,7 +163,7 @@ func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) 
 	if err != nil {
 		return Result{EventID: eventID}, err
 	}
-	refunds, err := p.prefetchRefunds(ctx, ev)
+	f, err := p.prefetch(ctx, &ev)
 	if err != nil {
 		return Result{EventID: eventID}, err
 	}
@@ -170,7 +173,7 @@ func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) 
 		if err := db.LockEvent(ctx, tx, eventID); err != nil {
 			return err
 		}
-		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
+		if out, err = p.apply(ctx, tx, ev, f); err != nil {
 			return err
 		}
 		return setOutcome(ctx, tx, ev.ID, out)
@@ -192,8 +195,10 @@ type outcome struct {
 	restored      int
 	// posted are the dedupe keys of the entries newly posted, for the log.
 	posted []string
-	// unparked are the events re-applied because this one recorded their payment.
+	// unparked are the events re-applied because this one recorded their payment; deferred the ones
+	// left to a job after commit because they need Stripe.
 	unparked []string
+	deferred []string
 }
 
 func (o outcome) result(ev event) Result {
@@ -230,7 +235,7 @@ func park(reason, paymentIntent string) *parked {
 //
 // A dedupe conflict parks safely here: Ledger.Post detects it with a SELECT after an insert that did
 // nothing (ON CONFLICT DO NOTHING), so no statement failed and the transaction is still usable.
-func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refundLister) (outcome, error) {
+func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, f fetched) (outcome, error) {
 	if p.otherMode(ev) {
 		return outcome{status: OutcomeParked, reason: ReasonLivemodeMismatch, paymentIntent: ev.paymentIntent()}, nil
 	}
@@ -244,7 +249,7 @@ func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refun
 	var out outcome
 	err := db.InTx(ctx, tx, func(sp db.Tx) error {
 		var err error
-		out, err = p.effects(ctx, sp, ev, refunds)
+		out, err = p.effects(ctx, sp, ev, f)
 		return err
 	})
 	var pk *parked
@@ -269,5 +274,5 @@ func setOutcome(ctx context.Context, tx db.Tx, eventID string, out outcome) erro
 func (p *Processor) logOutcome(ctx context.Context, msg string, ev event, out outcome) {
 	p.Log.InfoContext(ctx, msg, "event", ev.ID, "type", ev.Type, "api_version", ev.APIVersion,
 		"outcome", out.status, "parked", out.reason, "payment_intent", out.paymentIntent,
-		"posted", out.posted, "unparked", out.unparked)
+		"posted", out.posted, "unparked", out.unparked, "deferred", out.deferred)
 }

@@ -1,6 +1,6 @@
 // Package stripefake is a loopback stand-in for the Stripe API endpoints onceledger calls — creating a
-// Checkout Session (the API's top-ups), listing a charge's refunds (the webhook's charge.refunded) and
-// listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
+// Checkout Session (the API's top-ups), listing a charge's refunds (the webhook's charge.refunded),
+// retrieving a charge (a refund or dispute naming only its charge) and listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
 // The demo, the bench and the tests share it; it is never Stripe, and says so in its errors.
 package stripefake
 
@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ type Server struct {
 	mu       sync.Mutex
 	sessions []url.Values
 	refunds  map[string][]json.RawMessage // charge id → its refunds, newest first
+	charges  map[string]json.RawMessage   // charge id → the charge
 	events   []json.RawMessage            // the events whose delivery failed, newest first
 	queries  []url.Values                 // of every GET /v1/events
 	calls    int
@@ -39,7 +41,7 @@ type Server struct {
 
 // New starts a stand-in; Close stops it.
 func New() *Server {
-	s := &Server{refunds: map[string][]json.RawMessage{}}
+	s := &Server{refunds: map[string][]json.RawMessage{}, charges: map[string]json.RawMessage{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -53,6 +55,14 @@ func (s *Server) SetRefunds(charge string, refunds ...map[string]any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refunds[charge] = list
+}
+
+// SetCharge makes GET /v1/charges/{id} answer a charge of paymentIntent; an unknown charge is a 404.
+func (s *Server) SetCharge(id, paymentIntent string) {
+	c := mustJSON(map[string]any{"id": id, "object": "charge", "payment_intent": paymentIntent})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.charges[id] = c
 }
 
 // SetEvents is what GET /v1/events lists from now on (whatever its filters), each a whole event.
@@ -117,6 +127,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		refunds := s.refunds[r.Form.Get("charge")]
 		s.mu.Unlock()
 		writePage(w, r, "/v1/refunds", refunds)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/charges/"):
+		s.mu.Lock()
+		c, ok := s.charges[strings.TrimPrefix(r.URL.Path, "/v1/charges/")]
+		s.mu.Unlock()
+		if !ok {
+			writeError(w, http.StatusNotFound, "No such charge")
+			return
+		}
+		_, _ = w.Write(c)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/events":
 		s.mu.Lock()
 		s.queries = append(s.queries, r.URL.Query())
