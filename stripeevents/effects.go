@@ -31,7 +31,8 @@ var recordedTypes = []string{"payment_intent.succeeded", "charge.succeeded"}
 
 // Handles reports whether effects knows eventType (every other type is recorded as ignored).
 func Handles(eventType string) bool {
-	return slices.Contains(MoneyMovingTypes, eventType) || slices.Contains(recordedTypes, eventType)
+	return slices.Contains(MoneyMovingTypes, eventType) || slices.Contains(recordedTypes, eventType) ||
+		eventType == "checkout.session.expired"
 }
 
 // effects applies ev by its object's current state. Every entry it posts has a dedupe key naming the
@@ -45,6 +46,13 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, f fetched) 
 			return outcome{}, err
 		}
 		return p.topup(ctx, tx, ev, s, f.parked)
+
+	case "checkout.session.expired":
+		var s checkoutSession
+		if err := ev.object(&s); err != nil {
+			return outcome{}, err
+		}
+		return expire(ctx, tx, s)
 
 	case "payment_intent.succeeded", "charge.succeeded":
 		// The same payment as the Checkout Session: crediting it too would double it.
@@ -111,6 +119,10 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	switch {
 	case err == nil:
 		accountID = order.AccountID
+		// The order is the contract: a payment of another amount or currency is not what was sold.
+		if order.Amount != s.AmountTotal || !strings.EqualFold(order.Currency, s.Currency) {
+			return outcome{}, park(ReasonAmountMismatch, paymentIntent)
+		}
 	case !errors.Is(err, db.ErrNotFound):
 		return outcome{}, err
 	}
@@ -137,7 +149,16 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		return outcome{}, err
 	}
 	if !paid {
-		return out, nil // already paid by an earlier event
+		// Already paid by an earlier event, or expired: read after the UPDATE, which waited for a
+		// concurrent transition to commit.
+		order, err := db.TopupBySession(ctx, tx, s.ID)
+		if err != nil {
+			return outcome{}, err
+		}
+		if order.Status == db.TopupExpired {
+			return outcome{}, park(ReasonOrderExpired, paymentIntent)
+		}
+		return out, nil
 	}
 	out.credited, err = p.post(ctx, tx, &out, db.Posting{
 		AccountID: order.AccountID, Kind: db.KindTopup, Amount: s.AmountTotal,
@@ -150,6 +171,23 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		if err := p.unpark(ctx, tx, &out, paymentIntent, prefetched); err != nil {
 			return outcome{}, err
 		}
+	}
+	return out, nil
+}
+
+// expire moves the session's pending order to expired (conditional, like the payment): applied when it
+// did, recorded when the session has no order or it was already paid or expired. No money moves.
+func expire(ctx context.Context, tx db.Tx, s checkoutSession) (outcome, error) {
+	out := outcome{status: OutcomeRecorded, paymentIntent: s.PaymentIntent.ID}
+	if s.ID == "" {
+		return out, nil
+	}
+	expired, err := db.ExpireTopup(ctx, tx, s.ID)
+	if err != nil {
+		return outcome{}, err
+	}
+	if expired {
+		out.status = OutcomeApplied
 	}
 	return out, nil
 }

@@ -48,6 +48,12 @@ const (
 	// ReasonLivemodeMismatch: a test-mode event on a live deployment, or the reverse. It moves no
 	// money whatever it says: a test card must never buy real credits.
 	ReasonLivemodeMismatch = "livemode_mismatch"
+	// ReasonAmountMismatch: a session completed with another amount or currency than its order. The
+	// order is the contract: never credited silently.
+	ReasonAmountMismatch = "amount_mismatch"
+	// ReasonOrderExpired: a session completed for an order that had expired. Stripe does not complete
+	// an expired session, so a signed event saying it did is investigated, never credited.
+	ReasonOrderExpired = "order_expired"
 )
 
 // Processor applies Stripe events.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -30,14 +28,14 @@ func (ReapplyArgs) Kind() string { return "stripe_event_reapply" }
 // Reapplier enqueues and, once started, works the re-application jobs. It shares River's tables with
 // the notifications, on its own queue.
 type Reapplier struct {
-	pool   *pgxpool.Pool
-	client *river.Client[pgx.Tx]
+	pool   *db.Pool
+	client *river.Client[db.Tx]
 }
 
 // NewReapplier prepares the jobs of p on pool's database and sets p.Reapply to it. It enqueues at
 // once; it works jobs only after Start. River's default backoff (attempt⁴ seconds, 25 attempts) covers
 // a Stripe outage of days; every attempt is a Replay, so however often it runs it posts once.
-func NewReapplier(pool *pgxpool.Pool, p *Processor) (*Reapplier, error) {
+func NewReapplier(pool *db.Pool, p *Processor) (*Reapplier, error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[ReapplyArgs]) error {
 		_, err := p.Replay(ctx, job.Args.EventID)
