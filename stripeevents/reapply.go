@@ -63,8 +63,12 @@ func (r *Reapplier) enqueue(ctx context.Context, tx db.Tx, eventID string) error
 	return nil
 }
 
-// Start works the jobs, committed before or after it, until Stop.
+// Start works the jobs, committed before or after it, until Stop. It refuses to start on a database
+// whose River tables are missing or behind.
 func (r *Reapplier) Start(ctx context.Context) error {
+	if err := db.CheckRiverTables(ctx, r.pool); err != nil {
+		return err
+	}
 	if err := r.client.Start(ctx); err != nil {
 		return fmt.Errorf("start re-applying parked events (has `onceledger migrate up` run?): %w", err)
 	}
