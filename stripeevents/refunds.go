@@ -96,18 +96,13 @@ func (p *Processor) prefetchRefunds(ctx context.Context, ev event) (refundLister
 
 // prefetchParked lists the refunds of the charge.refunded events parked waiting for a top-up's payment,
 // which the top-up will re-apply. Stripe being unavailable leaves an event out (a job re-applies it
-// after commit); the rows are only read here, and locked again by the top-up's transaction.
+// after commit); the rows are only read here (never locked: the top-up's transaction locks them).
 func (p *Processor) prefetchParked(ctx context.Context, ev event) (map[string]refundLister, error) {
 	paymentIntent := ev.paymentIntent()
 	if (ev.Type != "checkout.session.completed" && ev.Type != "checkout.session.async_payment_succeeded") || paymentIntent == "" {
 		return nil, nil
 	}
-	var waiting []db.ParkedEvent
-	err := db.InTx(ctx, p.Pool, func(tx db.Tx) error {
-		var err error
-		waiting, err = db.ParkedEventsForPayment(ctx, tx, paymentIntent)
-		return err
-	})
+	waiting, err := db.ParkedRefundedForPayment(ctx, p.Pool, paymentIntent)
 	if err != nil {
 		return nil, err
 	}
