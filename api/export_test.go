@@ -15,11 +15,15 @@ import (
 // for the test to set.
 func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledger db.Ledger) Deps {
 	stripe := stripeevents.NewStripeClient(cfg.StripeSecretKey, cfg.StripeAPIBase)
+	events := &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Livemode: cfg.Livemode, Log: log}
+	// Enqueues only: the jobs, for parked events the top-up could not re-apply, are worked by serve.
+	if _, err := stripeevents.NewReapplier(pool, events); err != nil {
+		panic(err)
+	}
 	return Deps{
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
 		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
 		Holds:  db.NewHoldAuthoriser(pool, db.PosterOptions{}),
-		Stripe: stripe,
-		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Stripe: stripe, Log: log},
+		Stripe: stripe, Events: events,
 	}
 }

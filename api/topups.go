@@ -2,10 +2,13 @@ package api
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +47,10 @@ type topupResponse struct {
 // written first, so the session can name it in its metadata (topup_id) and the webhook can find it;
 // the Stripe call holds no transaction or lock. If Stripe fails, the order stays pending without a
 // session and is never paid: nothing can complete a session that was not created.
+//
+// With an Idempotency-Key, the account's order under that key (topups_idempotency_key) is the answer
+// to every retry of the same body (200), even concurrent ones: they share the order, and so Stripe's
+// idempotency key topup:{order id}, which answers them all the same session. Another body is 409.
 func handlePostTopup(d Deps) http.Handler {
 	type request struct {
 		Amount     *int64  `json:"amount"`
@@ -69,16 +76,31 @@ func handlePostTopup(d Deps) http.Handler {
 		if req.CancelURL != nil && !webURL(*req.CancelURL) {
 			return badRequest("invalid_cancel_url", "cancel_url must be an absolute http(s) URL")
 		}
+		key, err := optionalIdempotencyKey(r)
+		if err != nil {
+			return err
+		}
 		acct, err := getAccount(r, d, id)
 		if err != nil {
 			return err
 		}
 
-		order, err := db.InsertPendingTopup(r.Context(), d.Pool, db.Topup{
+		order, created, err := db.InsertPendingTopup(r.Context(), d.Pool, db.Topup{
 			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Currency: acct.Currency,
+			IdempotencyKey: key, RequestFingerprint: topupFingerprint(key, *req.Amount, *req.SuccessURL, req.CancelURL),
 		})
 		if err != nil {
 			return err
+		}
+		status := http.StatusCreated
+		if !created {
+			status = http.StatusOK
+			if order.SessionID != "" {
+				writeJSON(w, status, topupResponse{Topup: topupOut(order)})
+				return nil
+			}
+			// The first request is still calling Stripe, or failed to: ask again under the same
+			// idempotency key.
 		}
 		params := &stripe.CheckoutSessionParams{
 			Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
@@ -110,9 +132,34 @@ func handlePostTopup(d Deps) http.Handler {
 		if err != nil {
 			return fmt.Errorf("attach session %s to top-up: %w", session.ID, err)
 		}
-		writeJSON(w, http.StatusCreated, topupResponse{Topup: topupOut(order)})
+		writeJSON(w, status, topupResponse{Topup: topupOut(order)})
 		return nil
 	})
+}
+
+// optionalIdempotencyKey is the request's Idempotency-Key, or empty when it sent none.
+func optionalIdempotencyKey(r *http.Request) (string, error) {
+	if len(r.Header.Values("Idempotency-Key")) == 0 {
+		return "", nil
+	}
+	return idempotencyKey(r)
+}
+
+// topupFingerprint digests what a top-up request asks for, so that a key reused with another body is
+// recognised; empty without a key.
+func topupFingerprint(key string, amount int64, successURL string, cancelURL *string) string {
+	if key == "" {
+		return ""
+	}
+	cancel := "none"
+	if cancelURL != nil {
+		cancel = "url " + *cancelURL
+	}
+	h := sha256.New()
+	for _, field := range []string{strconv.FormatInt(amount, 10), successURL, cancel} {
+		fmt.Fprintf(h, "%d:%s", len(field), field)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func handleGetTopup(d Deps) http.Handler {

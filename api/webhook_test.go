@@ -551,7 +551,7 @@ func TestWebhookPaysPendingTopupOnce(t *testing.T) {
 	s := newWebhookServer(t)
 	s.createAccount("acct_1", "gbp")
 	ctx := context.Background()
-	if _, err := db.InsertPendingTopup(ctx, s.pool, db.Topup{ID: "top_1", AccountID: "acct_1", Amount: 1500, Currency: "gbp"}); err != nil {
+	if _, _, err := db.InsertPendingTopup(ctx, s.pool, db.Topup{ID: "top_1", AccountID: "acct_1", Amount: 1500, Currency: "gbp"}); err != nil {
 		t.Fatal(err)
 	}
 	session, url := "cs_api_1", "https://checkout.stripe.com/c/pay/cs_api_1"

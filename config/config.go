@@ -22,6 +22,9 @@ type Config struct {
 	WebhookSecrets []string
 	// StripeSecretKey enables Stripe API calls (refund lists, Checkout Sessions, missed events).
 	StripeSecretKey string
+	// Livemode is the deployment's Stripe mode: true for live, false for test, nil when neither
+	// STRIPE_SECRET_KEY nor STRIPE_LIVEMODE says (then events of both modes are accepted).
+	Livemode *bool
 	// StripeAPIBase overrides Stripe's API URL (tests, stripe-mock); empty means Stripe itself.
 	StripeAPIBase string
 	// APIKeys are the bearer keys accepted on /v1; none means /v1 answers 401.
@@ -64,6 +67,9 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.ReconcileLookback, err = time.ParseDuration(or(getenv("RECONCILE_LOOKBACK"), "72h")); err != nil || c.ReconcileLookback <= 0 || c.ReconcileLookback > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("RECONCILE_LOOKBACK must be a positive duration up to 720h (Stripe keeps events 30 days), got %q", getenv("RECONCILE_LOOKBACK")))
 	}
+	if c.Livemode, err = livemode(c.StripeSecretKey, getenv("STRIPE_LIVEMODE")); err != nil {
+		errs = append(errs, err)
+	}
 	for _, s := range c.WebhookSecrets {
 		if !strings.HasPrefix(s, "whsec_") {
 			errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: every secret starts with whsec_"))
@@ -83,6 +89,33 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	return c, errors.Join(errs...)
 }
+
+// livemode is the deployment's mode: what the key's prefix says (sk_live_/rk_live_, sk_test_/rk_test_)
+// and STRIPE_LIVEMODE, which must not contradict it; nil when neither says.
+func livemode(secretKey, setting string) (*bool, error) {
+	var fromKey, fromSetting *bool
+	switch {
+	case strings.HasPrefix(secretKey, "sk_live_"), strings.HasPrefix(secretKey, "rk_live_"):
+		fromKey = ptr(true)
+	case strings.HasPrefix(secretKey, "sk_test_"), strings.HasPrefix(secretKey, "rk_test_"):
+		fromKey = ptr(false)
+	}
+	switch strings.TrimSpace(setting) {
+	case "":
+	case "true":
+		fromSetting = ptr(true)
+	case "false":
+		fromSetting = ptr(false)
+	default:
+		return nil, fmt.Errorf("STRIPE_LIVEMODE must be true or false, got %q", setting)
+	}
+	if fromKey != nil && fromSetting != nil && *fromKey != *fromSetting {
+		return nil, fmt.Errorf("STRIPE_LIVEMODE=%t contradicts STRIPE_SECRET_KEY, a %s key", *fromSetting, map[bool]string{true: "live", false: "test"}[*fromKey])
+	}
+	return cmp.Or(fromKey, fromSetting), nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // or is v without surrounding blanks, or fallback when that is empty.
 func or(v, fallback string) string {

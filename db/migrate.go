@@ -116,6 +116,23 @@ func NewRiverMigrator(pool *pgxpool.Pool) (*rivermigrate.Migrator[pgx.Tx], error
 	return rm, nil
 }
 
+// CheckRiverTables refuses a database whose River tables are missing or behind, before a River client
+// starts working jobs on it.
+func CheckRiverTables(ctx context.Context, pool *pgxpool.Pool) error {
+	rm, err := NewRiverMigrator(pool)
+	if err != nil {
+		return err
+	}
+	res, err := rm.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("check river's tables: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("river's tables are not current (run `onceledger migrate up`): %s", strings.Join(res.Messages, "; "))
+	}
+	return nil
+}
+
 // Down reverts the last n of our migrations. River's tables are left as they are: they hold only
 // notification jobs, and River's own tooling migrates them down.
 func (ms *Migrations) Down(n int) error {

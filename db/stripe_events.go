@@ -124,6 +124,20 @@ func ParkedEventsForPayment(ctx context.Context, tx Tx, paymentIntent string) ([
 	return out, nil
 }
 
+// ParkedRefundedForPayment returns the charge.refunded events parked waiting for paymentIntent, without
+// locking them: what a top-up prefetches refund lists for before its transaction.
+func ParkedRefundedForPayment(ctx context.Context, q Conn, paymentIntent string) ([]ParkedEvent, error) {
+	rows, err := dbsqlc.New(q).StripeEventsParkedRefundedForPayment(ctx, paymentIntent)
+	if err != nil {
+		return nil, fmt.Errorf("find charge.refunded events parked for %s: %w", paymentIntent, MapError(err))
+	}
+	out := make([]ParkedEvent, len(rows))
+	for i, r := range rows {
+		out[i] = ParkedEvent{ID: r.EventID, Payload: r.Payload}
+	}
+	return out, nil
+}
+
 // ListEvents returns at most limit stored events after seq afterSeq in arrival order (keyset
 // pagination), only those of outcome when it is not empty. Payloads are left out.
 func ListEvents(ctx context.Context, q Conn, outcome string, afterSeq int64, limit int32) ([]Event, error) {

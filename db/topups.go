@@ -21,13 +21,25 @@ type Topup struct {
 	PaidEventID   string
 	CreatedAt     time.Time
 	PaidAt        *time.Time // nil: not paid
+	// IdempotencyKey and RequestFingerprint are the API request's Idempotency-Key and a digest of its
+	// body, when the caller sent a key.
+	IdempotencyKey     string
+	RequestFingerprint string
 }
+
+// Order statuses, as topups_status_check knows them.
+const (
+	TopupPending = "pending"
+	TopupPaid    = "paid"
+	TopupExpired = "expired"
+)
 
 func topupFromRow(r dbsqlc.Topup) Topup {
 	return Topup{
 		ID: r.ID, AccountID: r.AccountID, SessionID: deref(r.SessionID), PaymentIntent: deref(r.PaymentIntent),
 		Amount: r.Amount, Currency: r.Currency, Status: r.Status, CheckoutURL: deref(r.CheckoutURL),
 		PaidEventID: deref(r.PaidEventID), CreatedAt: r.CreatedAt, PaidAt: r.PaidAt,
+		IdempotencyKey: deref(r.IdempotencyKey), RequestFingerprint: deref(r.RequestFingerprint),
 	}
 }
 
@@ -42,20 +54,39 @@ func topupOrNotFound(r dbsqlc.Topup, err error, what string) (Topup, error) {
 	return topupFromRow(r), nil
 }
 
-// InsertPendingTopup records a new pending order (t.ID, AccountID, Amount, Currency) before its
-// Checkout Session is created. ErrAccountNotFound when the account does not exist (topups_account_fk).
-func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (Topup, error) {
-	r, err := dbsqlc.New(q).TopupsInsertPending(ctx, dbsqlc.TopupsInsertPendingParams{
+// InsertPendingTopup records a new pending order (t.ID, AccountID, Amount, Currency, and
+// IdempotencyKey with RequestFingerprint when the caller sent a key) before its Checkout Session is
+// created. When the account already has an order under that key (topups_idempotency_key), that order is
+// returned with created false: the same fingerprint is a retry of it, another one
+// ErrDedupeConflict. ErrAccountNotFound when the account does not exist (topups_account_fk).
+func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (order Topup, created bool, err error) {
+	queries := dbsqlc.New(q)
+	r, err := queries.TopupsInsertPending(ctx, dbsqlc.TopupsInsertPendingParams{
 		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Currency: t.Currency,
+		IdempotencyKey: nullable(t.IdempotencyKey), RequestFingerprint: nullable(t.RequestFingerprint),
 	})
-	if err != nil {
-		return Topup{}, fmt.Errorf("insert top-up for %s: %w", t.AccountID, MapError(err))
+	if err == nil {
+		return topupFromRow(r), true, nil
 	}
-	return topupFromRow(r), nil
+	if !isNoRows(err) {
+		return Topup{}, false, fmt.Errorf("insert top-up for %s: %w", t.AccountID, MapError(err))
+	}
+	// The key was taken, by a committed order: ON CONFLICT waited for any insert in flight.
+	r, err = queries.TopupsGetByIdempotencyKey(ctx, dbsqlc.TopupsGetByIdempotencyKeyParams{
+		AccountID: t.AccountID, IdempotencyKey: t.IdempotencyKey,
+	})
+	order, err = topupOrNotFound(r, err, "Idempotency-Key "+t.IdempotencyKey)
+	if err != nil {
+		return Topup{}, false, err
+	}
+	if order.RequestFingerprint != t.RequestFingerprint {
+		return Topup{}, false, fmt.Errorf("%w: Idempotency-Key %q was used for another top-up request", ErrDedupeConflict, t.IdempotencyKey)
+	}
+	return order, false, nil
 }
 
-// SetTopupSession attaches the Checkout Session created for a pending order. ErrNotFound when the
-// order does not exist or already has a session.
+// SetTopupSession attaches the Checkout Session created for a pending order; attaching the same
+// session again is a no-op. ErrNotFound when the order does not exist or already has another session.
 func SetTopupSession(ctx context.Context, q Conn, id, sessionID, checkoutURL string) (Topup, error) {
 	r, err := dbsqlc.New(q).TopupsSetSession(ctx, dbsqlc.TopupsSetSessionParams{
 		ID: id, SessionID: &sessionID, CheckoutURL: &checkoutURL,
@@ -110,4 +141,14 @@ func MarkTopupPaid(ctx context.Context, q Conn, sessionID, paymentIntent, eventI
 		return Topup{}, false, fmt.Errorf("mark order of session %s paid: %w", sessionID, MapError(err))
 	}
 	return topupFromRow(r), true, nil
+}
+
+// ExpireTopup moves the session's order from pending to expired (checkout.session.expired), at most
+// once: expired is false when the session has no order or it was already paid or expired.
+func ExpireTopup(ctx context.Context, q Conn, sessionID string) (expired bool, err error) {
+	n, err := dbsqlc.New(q).TopupsExpire(ctx, &sessionID)
+	if err != nil {
+		return false, fmt.Errorf("expire order of session %s: %w", sessionID, MapError(err))
+	}
+	return n == 1, nil
 }

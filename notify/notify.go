@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -180,16 +179,8 @@ func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) e
 // database whose River tables are missing or behind. Cancelling ctx cancels deliveries in flight; Stop
 // lets them finish.
 func (n *Notifier) Start(ctx context.Context) error {
-	rm, err := db.NewRiverMigrator(n.pool)
-	if err != nil {
+	if err := db.CheckRiverTables(ctx, n.pool); err != nil {
 		return err
-	}
-	res, err := rm.Validate(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("check river's tables: %w", err)
-	}
-	if !res.OK {
-		return fmt.Errorf("river's tables are not current (run `onceledger migrate up`): %s", strings.Join(res.Messages, "; "))
 	}
 	if err := n.client.Start(ctx); err != nil {
 		return fmt.Errorf("start notifications (has `onceledger migrate up` run?): %w", err)

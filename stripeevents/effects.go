@@ -12,40 +12,47 @@ import (
 
 // MoneyMovingTypes are the event types whose effects can post entries (the cases of effects below):
 // the ones worth recovering when their delivery failed. Stripe accepts at most 20 in one listing.
-var MoneyMovingTypes = []string{
-	"checkout.session.completed",
-	"checkout.session.async_payment_succeeded",
-	"charge.refunded",
-	"charge.refund.updated",
-	"refund.created",
-	"refund.updated",
-	"refund.failed",
-	"charge.dispute.created",
-	"charge.dispute.updated",
-	"charge.dispute.closed",
-	"charge.dispute.funds_withdrawn",
-	"charge.dispute.funds_reinstated",
-}
+var MoneyMovingTypes = slices.Concat(
+	[]string{"checkout.session.completed", "checkout.session.async_payment_succeeded", "charge.refunded"},
+	refundTypes, disputeTypes,
+)
+
+// refundTypes carry one refund object; disputeTypes one dispute object (the cases of effects below).
+var (
+	refundTypes  = []string{"charge.refund.updated", "refund.created", "refund.updated", "refund.failed"}
+	disputeTypes = []string{
+		"charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
+		"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated",
+	}
+)
 
 // recordedTypes describe a payment the Checkout Session already credits: kept, never credited.
 var recordedTypes = []string{"payment_intent.succeeded", "charge.succeeded"}
 
 // Handles reports whether effects knows eventType (every other type is recorded as ignored).
 func Handles(eventType string) bool {
-	return slices.Contains(MoneyMovingTypes, eventType) || slices.Contains(recordedTypes, eventType)
+	return slices.Contains(MoneyMovingTypes, eventType) || slices.Contains(recordedTypes, eventType) ||
+		eventType == "checkout.session.expired"
 }
 
 // effects applies ev by its object's current state. Every entry it posts has a dedupe key naming the
 // thing that happened (the payment, the refund, the dispute), never the event, except the top-up whose
 // order's pending→paid transition guards it too: so any arrival order converges to one ledger.
-func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, refunds refundLister) (outcome, error) {
+func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, f fetched) (outcome, error) {
 	switch ev.Type {
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
 		var s checkoutSession
 		if err := ev.object(&s); err != nil {
 			return outcome{}, err
 		}
-		return p.topup(ctx, tx, ev, s)
+		return p.topup(ctx, tx, ev, s, f.parked)
+
+	case "checkout.session.expired":
+		var s checkoutSession
+		if err := ev.object(&s); err != nil {
+			return outcome{}, err
+		}
+		return expire(ctx, tx, s)
 
 	case "payment_intent.succeeded", "charge.succeeded":
 		// The same payment as the Checkout Session: crediting it too would double it.
@@ -56,7 +63,7 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, refunds ref
 		if err := ev.object(&r); err != nil {
 			return outcome{}, err
 		}
-		return p.reverseAll(ctx, tx, r.PaymentIntent.ID, r.Charge.Metadata["account_id"], refundReversals([]refund{r}))
+		return p.reverseAll(ctx, tx, ev.paymentIntent(), r.Charge.Metadata["account_id"], refundReversals([]refund{r}))
 
 	case "charge.refunded":
 		var c charge
@@ -68,7 +75,7 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, refunds ref
 		if err != nil {
 			return outcome{}, err
 		}
-		list, err := refunds(ctx, c)
+		list, err := f.refunds(ctx, c)
 		if err != nil {
 			return outcome{}, err
 		}
@@ -84,7 +91,7 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, refunds ref
 		if r, ok := disputeReversal(ev.Type, d); ok {
 			reversals = append(reversals, r)
 		}
-		return p.reverseAll(ctx, tx, d.PaymentIntent.ID, d.Charge.Metadata["account_id"], reversals)
+		return p.reverseAll(ctx, tx, ev.paymentIntent(), d.Charge.Metadata["account_id"], reversals)
 
 	default:
 		return outcome{status: OutcomeIgnored}, nil
@@ -94,7 +101,7 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, refunds ref
 // topup records the Checkout Session's order and moves it from pending to paid; only the transaction
 // whose conditional UPDATE made that transition posts the credit, so a second completion event for the
 // same session (another event id) credits nothing.
-func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSession) (outcome, error) {
+func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSession, prefetched map[string]refundLister) (outcome, error) {
 	paymentIntent := s.PaymentIntent.ID
 	if ev.Type == "checkout.session.completed" && s.PaymentStatus != "paid" {
 		// An asynchronous payment: checkout.session.async_payment_succeeded will credit it.
@@ -112,6 +119,10 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	switch {
 	case err == nil:
 		accountID = order.AccountID
+		// The order is the contract: a payment of another amount or currency is not what was sold.
+		if order.Amount != s.AmountTotal || !strings.EqualFold(order.Currency, s.Currency) {
+			return outcome{}, park(ReasonAmountMismatch, paymentIntent)
+		}
 	case !errors.Is(err, db.ErrNotFound):
 		return outcome{}, err
 	}
@@ -138,7 +149,16 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		return outcome{}, err
 	}
 	if !paid {
-		return out, nil // already paid by an earlier event
+		// Already paid by an earlier event, or expired: read after the UPDATE, which waited for a
+		// concurrent transition to commit.
+		order, err := db.TopupBySession(ctx, tx, s.ID)
+		if err != nil {
+			return outcome{}, err
+		}
+		if order.Status == db.TopupExpired {
+			return outcome{}, park(ReasonOrderExpired, paymentIntent)
+		}
+		return out, nil
 	}
 	out.credited, err = p.post(ctx, tx, &out, db.Posting{
 		AccountID: order.AccountID, Kind: db.KindTopup, Amount: s.AmountTotal,
@@ -148,16 +168,36 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		return outcome{}, err
 	}
 	if paymentIntent != "" {
-		if err := p.unpark(ctx, tx, &out, paymentIntent); err != nil {
+		if err := p.unpark(ctx, tx, &out, paymentIntent, prefetched); err != nil {
 			return outcome{}, err
 		}
 	}
 	return out, nil
 }
 
+// expire moves the session's pending order to expired (conditional, like the payment): applied when it
+// did, recorded when the session has no order or it was already paid or expired. No money moves.
+func expire(ctx context.Context, tx db.Tx, s checkoutSession) (outcome, error) {
+	out := outcome{status: OutcomeRecorded, paymentIntent: s.PaymentIntent.ID}
+	if s.ID == "" {
+		return out, nil
+	}
+	expired, err := db.ExpireTopup(ctx, tx, s.ID)
+	if err != nil {
+		return outcome{}, err
+	}
+	if expired {
+		out.status = OutcomeApplied
+	}
+	return out, nil
+}
+
 // unpark re-applies, in the top-up's transaction, the events that were parked waiting for this payment,
-// so that they commit with the credit they were waiting for.
-func (p *Processor) unpark(ctx context.Context, tx db.Tx, out *outcome, paymentIntent string) error {
+// so that they commit with the credit they were waiting for. A charge.refunded among them needs its
+// refund list from Stripe: fetched before the transaction began (prefetched), or, when that was not possible
+// (Stripe unavailable, or the event parked after that look), left to a job enqueued here and run after
+// commit: the credit never waits on Stripe.
+func (p *Processor) unpark(ctx context.Context, tx db.Tx, out *outcome, paymentIntent string, prefetched map[string]refundLister) error {
 	waiting, err := db.ParkedEventsForPayment(ctx, tx, paymentIntent)
 	if err != nil {
 		return err
@@ -167,9 +207,25 @@ func (p *Processor) unpark(ctx context.Context, tx db.Tx, out *outcome, paymentI
 		if err != nil {
 			return err
 		}
-		// The refund list of a parked charge.refunded is fetched here, inside the transaction: rare, and
-		// the alternative (after commit) could lose the re-application in a crash.
-		reapplied, err := p.apply(ctx, tx, ev, p.refundsOf)
+		// Parked under this payment, which a charge-only refund or dispute found through Stripe.
+		ev.chargePaymentIntent = paymentIntent
+		refunds, ok := prefetched[row.ID]
+		if !ok && ev.needsRefundList() {
+			if p.Reapply == nil {
+				p.Log.WarnContext(ctx, "parked event left for replay: no job queue to re-apply it", "event", row.ID)
+				continue
+			}
+			if err := p.Reapply.enqueue(ctx, tx, row.ID); err != nil {
+				return err
+			}
+			out.deferred = append(out.deferred, row.ID)
+			continue
+		}
+		if !ok {
+			// Answers from the payload alone: needsRefundList is false.
+			refunds = p.refundsOf
+		}
+		reapplied, err := p.apply(ctx, tx, ev, fetched{refunds: refunds})
 		if err != nil {
 			return fmt.Errorf("re-apply parked %s: %w", row.ID, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ type event struct {
 	Data       struct {
 		Object json.RawMessage `json:"object"`
 	} `json:"data"`
+	// chargePaymentIntent is the payment of a refund or dispute that names only its charge (older API
+	// versions), found through the Stripe API before the transaction, or through its parking.
+	chargePaymentIntent string
 }
 
 func (e event) createdAt() time.Time { return time.Unix(e.Created, 0).UTC() }
@@ -121,15 +125,42 @@ func storable(raw []byte) error {
 }
 
 // paymentIntent is the payment the event's object belongs to (sessions, charges, refunds and disputes
-// all name it), or empty.
+// all name it, or their charge's does), or empty.
 func (e event) paymentIntent() string {
 	var o struct {
 		PaymentIntent ref `json:"payment_intent"`
 	}
-	if json.Unmarshal(e.Data.Object, &o) != nil {
-		return ""
+	if json.Unmarshal(e.Data.Object, &o) != nil || o.PaymentIntent.ID == "" {
+		return e.chargePaymentIntent
 	}
 	return o.PaymentIntent.ID
+}
+
+// onlyCharge returns the charge a refund or dispute names when it names no payment_intent (older API
+// versions), or empty.
+func (e event) onlyCharge() string {
+	if !slices.Contains(refundTypes, e.Type) && !slices.Contains(disputeTypes, e.Type) {
+		return ""
+	}
+	var o struct {
+		PaymentIntent ref `json:"payment_intent"`
+		Charge        ref `json:"charge"`
+	}
+	if json.Unmarshal(e.Data.Object, &o) != nil || o.PaymentIntent.ID != "" {
+		return ""
+	}
+	return o.Charge.ID
+}
+
+// needsRefundList: a charge.refunded whose payload does not list all its refunds, so that applying it
+// calls the Stripe API.
+func (e event) needsRefundList() bool {
+	var c charge
+	if e.Type != "charge.refunded" || json.Unmarshal(e.Data.Object, &c) != nil {
+		return false
+	}
+	_, listed := c.listedRefunds()
+	return !listed
 }
 
 // checkIDs refuses an id longer than maxIDLength.

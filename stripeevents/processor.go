@@ -44,6 +44,15 @@ const (
 	// balance beyond a bigint. Moving it would halt (or wrap) the account's money; it waits for an
 	// operator instead.
 	ReasonAmountOutOfRange = "amount_out_of_range"
+	// ReasonLivemodeMismatch: a test-mode event on a live deployment, or the reverse. It moves no
+	// money whatever it says: a test card must never buy real credits.
+	ReasonLivemodeMismatch = "livemode_mismatch"
+	// ReasonAmountMismatch: a session completed with another amount or currency than its order. The
+	// order is the contract: never credited silently.
+	ReasonAmountMismatch = "amount_mismatch"
+	// ReasonOrderExpired: a session completed for an order that had expired. Stripe does not complete
+	// an expired session, so a signed event saying it did is investigated, never credited.
+	ReasonOrderExpired = "order_expired"
 )
 
 // Processor applies Stripe events.
@@ -53,7 +62,13 @@ type Processor struct {
 	Ledger db.Ledger
 	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
 	Stripe *client.API
-	Log    *slog.Logger
+	// Reapply re-applies after commit the parked events a top-up cannot re-apply without calling
+	// Stripe (NewReapplier sets it); nil leaves them parked for `onceledger replay`.
+	Reapply *Reapplier
+	// Livemode is the deployment's mode (config.Config.Livemode): an event of the other mode is parked
+	// livemode_mismatch. Nil accepts both.
+	Livemode *bool
+	Log      *slog.Logger
 }
 
 // Result is what one delivery or replay did.
@@ -96,7 +111,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 			return p.duplicate(ctx, ev), nil
 		}
 	}
-	refunds, err := p.prefetchRefunds(ctx, ev)
+	f, err := p.prefetch(ctx, &ev)
 	if err != nil {
 		return Result{EventID: ev.ID, Type: ev.Type}, err
 	}
@@ -117,7 +132,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		if err != nil || duplicate {
 			return err
 		}
-		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
+		if out, err = p.apply(ctx, tx, ev, f); err != nil {
 			return err
 		}
 		if out.status == recorded.status && out.reason == "" && (out.paymentIntent == "" || out.paymentIntent == recorded.paymentIntent) {
@@ -218,7 +233,7 @@ func (p *Processor) reapply(ctx context.Context, eventID string, finish func(tx 
 	if err != nil {
 		return event{}, outcome{}, err
 	}
-	refunds, err := p.prefetchRefunds(ctx, ev)
+	f, err := p.prefetch(ctx, &ev)
 	if err != nil {
 		return event{}, outcome{}, err
 	}
@@ -228,7 +243,7 @@ func (p *Processor) reapply(ctx context.Context, eventID string, finish func(tx 
 		if err := db.LockEvent(ctx, tx, eventID); err != nil {
 			return err
 		}
-		if out, err = p.apply(ctx, tx, ev, refunds); err != nil {
+		if out, err = p.apply(ctx, tx, ev, f); err != nil {
 			return err
 		}
 		if err := setOutcome(ctx, tx, ev.ID, out); err != nil {
@@ -255,8 +270,10 @@ type outcome struct {
 	restored      int
 	// posted are the dedupe keys of the entries newly posted, for the log.
 	posted []string
-	// unparked are the events re-applied because this one recorded their payment.
+	// unparked are the events re-applied because this one recorded their payment; deferred the ones
+	// left to a job after commit because they need Stripe.
 	unparked []string
+	deferred []string
 }
 
 func (o outcome) result(ev event) Result {
@@ -293,7 +310,10 @@ func park(reason, paymentIntent string) *parked {
 //
 // A dedupe conflict parks safely here: Ledger.Post detects it with a SELECT after an insert that did
 // nothing (ON CONFLICT DO NOTHING), so no statement failed and the transaction is still usable.
-func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refundLister) (outcome, error) {
+func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, f fetched) (outcome, error) {
+	if p.otherMode(ev) {
+		return outcome{status: OutcomeParked, reason: ReasonLivemodeMismatch, paymentIntent: ev.paymentIntent()}, nil
+	}
 	// Outside the savepoint: rolling a savepoint back releases the locks taken in it, and a parked
 	// event must keep its payment locked until its parking commits.
 	if paymentIntent := ev.paymentIntent(); paymentIntent != "" {
@@ -304,7 +324,7 @@ func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refun
 	var out outcome
 	err := db.InTx(ctx, tx, func(sp db.Tx) error {
 		var err error
-		out, err = p.effects(ctx, sp, ev, refunds)
+		out, err = p.effects(ctx, sp, ev, f)
 		return err
 	})
 	var pk *parked
@@ -317,6 +337,11 @@ func (p *Processor) apply(ctx context.Context, tx db.Tx, ev event, refunds refun
 	return out, err
 }
 
+// otherMode: ev is a test-mode event on a live deployment, or the reverse.
+func (p *Processor) otherMode(ev event) bool {
+	return p.Livemode != nil && ev.Livemode != *p.Livemode
+}
+
 func setOutcome(ctx context.Context, tx db.Tx, eventID string, out outcome) error {
 	return db.SetEventOutcome(ctx, tx, eventID, out.status, out.reason, out.paymentIntent)
 }
@@ -324,5 +349,5 @@ func setOutcome(ctx context.Context, tx db.Tx, eventID string, out outcome) erro
 func (p *Processor) logOutcome(ctx context.Context, msg string, ev event, out outcome) {
 	p.Log.InfoContext(ctx, msg, "event", ev.ID, "type", ev.Type, "api_version", ev.APIVersion,
 		"outcome", out.status, "parked", out.reason, "payment_intent", out.paymentIntent,
-		"posted", out.posted, "unparked", out.unparked)
+		"posted", out.posted, "unparked", out.unparked, "deferred", out.deferred)
 }

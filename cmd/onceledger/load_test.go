@@ -211,19 +211,29 @@ func send(client *http.Client, url string, body []byte, d *delivery) bool {
 
 // deliverOnce posts body to the webhook, signed now as Stripe does, and returns the status.
 func deliverOnce(client *http.Client, url string, body []byte) (int, error) {
+	status, _, err := deliverOnceAnswer(client, url, body)
+	return status, err
+}
+
+// deliverOnceAnswer is deliverOnce that also returns the JSON answer (nil when it is not JSON).
+func deliverOnceAnswer(client *http.Client, url string, body []byte) (int, map[string]any, error) {
 	signature := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: loadSecret, Timestamp: time.Now()}).Header
 	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/stripe", bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req.Header.Set("Stripe-Signature", signature)
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var answer map[string]any
+	if json.NewDecoder(resp.Body).Decode(&answer) != nil {
+		answer = nil
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp.StatusCode, answer, nil
 }
 
 // assertLedger checks the money to the entry: every account's balance and entries (kind, amount,

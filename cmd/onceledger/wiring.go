@@ -12,8 +12,8 @@ import (
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
-// notifyStopTimeout bounds how long shutdown waits for deliveries in flight; those still running
-// are cancelled and delivered again after the next start.
+// notifyStopTimeout bounds how long shutdown waits for deliveries and re-applications in flight; those
+// still running are cancelled and run again after the next start.
 const notifyStopTimeout = 15 * time.Second
 
 // wiring is what the commands that move money share, each built once here from the configuration and
@@ -62,6 +62,30 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 		}
 	}
 	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase)
-	w.events = &stripeevents.Processor{Pool: pool, Ledger: w.ledger, Stripe: w.stripe, Log: e.log}
+	w.events = &stripeevents.Processor{Pool: pool, Ledger: w.ledger, Stripe: w.stripe, Livemode: e.cfg.Livemode, Log: e.log}
+	if e.cfg.Livemode == nil {
+		e.log.Warn("Stripe mode unknown: events of test and live mode are both accepted; set STRIPE_SECRET_KEY or STRIPE_LIVEMODE")
+	}
+	// Every command enqueues the re-application of parked events; serve also works the jobs.
+	reapplier, err := stripeevents.NewReapplier(pool, w.events)
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	if deliver {
+		if err := reapplier.Start(context.WithoutCancel(ctx)); err != nil {
+			w.close()
+			return nil, err
+		}
+		closeRest := w.close
+		w.close = func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyStopTimeout)
+			defer cancel()
+			if err := reapplier.Stop(stopCtx); err != nil {
+				e.log.Error("stopping the re-application of parked events", "error", err.Error())
+			}
+			closeRest()
+		}
+	}
 	return w, nil
 }

@@ -1,6 +1,6 @@
 // Package stripefake is a loopback stand-in for the Stripe API endpoints onceledger calls — creating a
-// Checkout Session (the API's top-ups), listing a charge's refunds (the webhook's charge.refunded) and
-// listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
+// Checkout Session (the API's top-ups), listing a charge's refunds (the webhook's charge.refunded),
+// retrieving a charge (a refund or dispute naming only its charge) and listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
 // The demo, the bench and the tests share it; it is never Stripe, and says so in its errors.
 package stripefake
 
@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +31,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions []url.Values
+	byKey    map[string][]byte            // Idempotency-Key → the session answered for it
 	refunds  map[string][]json.RawMessage // charge id → its refunds, newest first
+	charges  map[string]json.RawMessage   // charge id → the charge
 	events   []json.RawMessage            // the events whose delivery failed, newest first
 	queries  []url.Values                 // of every GET /v1/events
 	calls    int
@@ -39,7 +42,7 @@ type Server struct {
 
 // New starts a stand-in; Close stops it.
 func New() *Server {
-	s := &Server{refunds: map[string][]json.RawMessage{}}
+	s := &Server{refunds: map[string][]json.RawMessage{}, charges: map[string]json.RawMessage{}, byKey: map[string][]byte{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -53,6 +56,14 @@ func (s *Server) SetRefunds(charge string, refunds ...map[string]any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refunds[charge] = list
+}
+
+// SetCharge makes GET /v1/charges/{id} answer a charge of paymentIntent; an unknown charge is a 404.
+func (s *Server) SetCharge(id, paymentIntent string) {
+	c := mustJSON(map[string]any{"id": id, "object": "charge", "payment_intent": paymentIntent})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.charges[id] = c
 }
 
 // SetEvents is what GET /v1/events lists from now on (whatever its filters), each a whole event.
@@ -74,7 +85,8 @@ func (s *Server) FailWith(status int) {
 	s.failWith = status
 }
 
-// Sessions returns the form of every Checkout Session request so far, in order.
+// Sessions returns the form of every Checkout Session created so far, in order (a request answered
+// by its Idempotency-Key creates none).
 func (s *Server) Sessions() []url.Values {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,12 +123,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/checkout/sessions":
-		s.checkoutSession(w, r.PostForm)
+		s.checkoutSession(w, r.PostForm, r.Header.Get("Idempotency-Key"))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.Form.Get("charge") != "":
 		s.mu.Lock()
 		refunds := s.refunds[r.Form.Get("charge")]
 		s.mu.Unlock()
 		writePage(w, r, "/v1/refunds", refunds)
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/charges/"):
+		s.mu.Lock()
+		c, ok := s.charges[strings.TrimPrefix(r.URL.Path, "/v1/charges/")]
+		s.mu.Unlock()
+		if !ok {
+			writeError(w, http.StatusNotFound, "No such charge")
+			return
+		}
+		_, _ = w.Write(c)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/events":
 		s.mu.Lock()
 		s.queries = append(s.queries, r.URL.Query())
@@ -128,23 +149,31 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// checkoutSession answers a new open session cs_test_N, echoing the account the request names.
-func (s *Server) checkoutSession(w http.ResponseWriter, form url.Values) {
+// checkoutSession answers a new open session cs_test_N, echoing the account the request names. As
+// Stripe does, a request repeating an earlier one's Idempotency-Key gets that one's session, and
+// creates none.
+func (s *Server) checkoutSession(w http.ResponseWriter, form url.Values, idempotencyKey string) {
 	if s.OnCheckoutSession != nil {
 		s.OnCheckoutSession(form)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if answered, ok := s.byKey[idempotencyKey]; ok && idempotencyKey != "" {
+		_, _ = w.Write(answered)
+		return
+	}
 	s.sessions = append(s.sessions, form)
 	id := fmt.Sprintf("cs_test_%d", len(s.sessions))
-	s.mu.Unlock()
-	_, _ = w.Write(mustJSON(map[string]any{
+	session := mustJSON(map[string]any{
 		"id": id, "object": "checkout.session", "mode": "payment", "status": "open", "payment_status": "unpaid",
 		"url":                 "https://checkout.stripe.com/c/pay/" + id,
 		"client_reference_id": form.Get("client_reference_id"),
 		"metadata": map[string]string{
 			"account_id": form.Get("metadata[account_id]"), "topup_id": form.Get("metadata[topup_id]"),
 		},
-	}))
+	})
+	s.byKey[idempotencyKey] = session
+	_, _ = w.Write(session)
 }
 
 // writePage answers one item of items, the one after starting_after, as a Stripe list.

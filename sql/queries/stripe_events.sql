@@ -31,6 +31,18 @@ WHERE outcome = 'parked'
 ORDER BY seq
 FOR UPDATE SKIP LOCKED;
 
+-- name: StripeEventsParkedRefundedForPayment :many
+-- The charge.refunded events parked waiting for a payment, read without locking them: a top-up fetches
+-- their refund lists from Stripe before its transaction, which then locks and re-applies them
+-- (StripeEventsParkedForPayment). Locking here would make that SKIP LOCKED pass over them.
+SELECT event_id, payload
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND parked_reason = 'unknown_payment'
+  AND payment_intent = @payment_intent::text
+  AND type = 'charge.refunded'
+ORDER BY seq;
+
 -- name: StripeEventsList :many
 -- Stored events in arrival order, optionally of one outcome, after seq after_seq (keyset pagination:
 -- stable while new events arrive, since seq only grows).

@@ -1,18 +1,33 @@
 -- name: TopupsInsertPending :one
--- Records a new pending order before its Checkout Session is created (the API). Fails with
--- topups_account_fk when the account does not exist.
-INSERT INTO topups (id, account_id, amount, currency)
-VALUES (@id, @account_id, @amount, @currency)
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at;
+-- Records a new pending order before its Checkout Session is created (the API), with the caller's
+-- Idempotency-Key and request fingerprint when one was sent. Returns no row when the account already
+-- has an order under that key (topups_idempotency_key; a concurrent insert of the same key waits for
+-- the first and then returns none). Fails with topups_account_fk when the account does not exist.
+INSERT INTO topups (id, account_id, amount, currency, idempotency_key, request_fingerprint)
+VALUES (@id, @account_id, @amount, @currency, sqlc.narg(idempotency_key), sqlc.narg(request_fingerprint))
+ON CONFLICT (account_id, idempotency_key) DO NOTHING
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint;
+
+-- name: TopupsGetByIdempotencyKey :one
+-- The order the account created under an Idempotency-Key, with its request fingerprint. Returns no row
+-- when there is none.
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
+FROM topups
+WHERE account_id = @account_id
+  AND idempotency_key = @idempotency_key::text;
 
 -- name: TopupsSetSession :one
--- Attaches the Checkout Session created for a pending order. Returns no row when the order does not
--- exist or already has a session.
+-- Attaches the Checkout Session created for a pending order; attaching the same session again (a
+-- retried request, answered the same session by Stripe's idempotency) changes nothing. Returns no row
+-- when the order does not exist or already has another session.
 UPDATE topups
 SET session_id = @session_id, checkout_url = @checkout_url
 WHERE id = @id
-  AND session_id IS NULL
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at;
+  AND (session_id IS NULL OR session_id = @session_id)
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint;
 
 -- name: TopupsInsertForSession :exec
 -- Records the order of a Checkout Session the webhook learns about first (a session not created
@@ -30,23 +45,35 @@ UPDATE topups
 SET status = 'paid', payment_intent = sqlc.narg(payment_intent), paid_event_id = @paid_event_id, paid_at = now()
 WHERE session_id = @session_id
   AND status = 'pending'
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at;
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint;
+
+-- name: TopupsExpire :execrows
+-- The pending -> expired transition of a session's order (checkout.session.expired), conditional like
+-- the payment: 0 rows when the session has no order or it was already paid or expired.
+UPDATE topups
+SET status = 'expired'
+WHERE session_id = @session_id
+  AND status = 'pending';
 
 -- name: TopupsGet :one
 -- Returns no row when the order does not exist.
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
 FROM topups
 WHERE id = @id;
 
 -- name: TopupsGetBySession :one
 -- Returns no row when the session has no order.
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
 FROM topups
 WHERE session_id = @session_id;
 
 -- name: TopupsGetByPaymentIntent :one
 -- The paid order of a payment: how refunds and disputes, whose own metadata is empty, find their
 -- account. Returns no row when the payment is not (yet) recorded.
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
 FROM topups
 WHERE payment_intent = @payment_intent::text;

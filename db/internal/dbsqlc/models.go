@@ -97,10 +97,14 @@ type Topup struct {
 	PaymentIntent *string
 	Amount        int64
 	Currency      string
-	// pending until the webhook's conditional UPDATE ... WHERE status = 'pending' makes it paid, at most once; only the transaction that made that transition posts the credit.
+	// pending until the webhook's conditional UPDATE ... WHERE status = 'pending' makes it paid (at most once; only the transaction that made that transition posts the credit) or expired (checkout.session.expired). A completion arriving for an expired order credits nothing and is parked order_expired.
 	Status      string
 	CheckoutURL *string
 	PaidEventID *string
 	CreatedAt   time.Time
 	PaidAt      *time.Time
+	// The caller's Idempotency-Key of the API request that created the order; NULL when none was sent or the webhook recorded the order.
+	IdempotencyKey *string
+	// A digest of the request body sent with idempotency_key: the same key with another body is a conflict.
+	RequestFingerprint *string
 }

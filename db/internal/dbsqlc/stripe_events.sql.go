@@ -349,6 +349,44 @@ func (q *Queries) StripeEventsParkedForPayment(ctx context.Context, paymentInten
 	return items, nil
 }
 
+const stripeEventsParkedRefundedForPayment = `-- name: StripeEventsParkedRefundedForPayment :many
+SELECT event_id, payload
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND parked_reason = 'unknown_payment'
+  AND payment_intent = $1::text
+  AND type = 'charge.refunded'
+ORDER BY seq
+`
+
+type StripeEventsParkedRefundedForPaymentRow struct {
+	EventID string
+	Payload []byte
+}
+
+// The charge.refunded events parked waiting for a payment, read without locking them: a top-up fetches
+// their refund lists from Stripe before its transaction, which then locks and re-applies them
+// (StripeEventsParkedForPayment). Locking here would make that SKIP LOCKED pass over them.
+func (q *Queries) StripeEventsParkedRefundedForPayment(ctx context.Context, paymentIntent string) ([]StripeEventsParkedRefundedForPaymentRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedRefundedForPayment, paymentIntent)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedRefundedForPaymentRow{}
+	for rows.Next() {
+		var i StripeEventsParkedRefundedForPaymentRow
+		if err := rows.Scan(&i.EventID, &i.Payload); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stripeEventsParkedUnreviewed = `-- name: StripeEventsParkedUnreviewed :many
 SELECT event_id, type, parked_reason::text AS parked_reason, received_at
 FROM stripe_events

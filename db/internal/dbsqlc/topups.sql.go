@@ -9,8 +9,26 @@ import (
 	"context"
 )
 
+const topupsExpire = `-- name: TopupsExpire :execrows
+UPDATE topups
+SET status = 'expired'
+WHERE session_id = $1
+  AND status = 'pending'
+`
+
+// The pending -> expired transition of a session's order (checkout.session.expired), conditional like
+// the payment: 0 rows when the session has no order or it was already paid or expired.
+func (q *Queries) TopupsExpire(ctx context.Context, sessionID *string) (int64, error) {
+	result, err := q.db.Exec(ctx, topupsExpire, sessionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const topupsGet = `-- name: TopupsGet :one
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
 FROM topups
 WHERE id = $1
 `
@@ -31,12 +49,51 @@ func (q *Queries) TopupsGet(ctx context.Context, id string) (Topup, error) {
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
+	)
+	return i, err
+}
+
+const topupsGetByIdempotencyKey = `-- name: TopupsGetByIdempotencyKey :one
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
+FROM topups
+WHERE account_id = $1
+  AND idempotency_key = $2::text
+`
+
+type TopupsGetByIdempotencyKeyParams struct {
+	AccountID      string
+	IdempotencyKey string
+}
+
+// The order the account created under an Idempotency-Key, with its request fingerprint. Returns no row
+// when there is none.
+func (q *Queries) TopupsGetByIdempotencyKey(ctx context.Context, arg TopupsGetByIdempotencyKeyParams) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsGetByIdempotencyKey, arg.AccountID, arg.IdempotencyKey)
+	var i Topup
+	err := row.Scan(
+		&i.ID,
+		&i.AccountID,
+		&i.SessionID,
+		&i.PaymentIntent,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.CheckoutURL,
+		&i.PaidEventID,
+		&i.CreatedAt,
+		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
 	)
 	return i, err
 }
 
 const topupsGetByPaymentIntent = `-- name: TopupsGetByPaymentIntent :one
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
 FROM topups
 WHERE payment_intent = $1::text
 `
@@ -58,12 +115,15 @@ func (q *Queries) TopupsGetByPaymentIntent(ctx context.Context, paymentIntent st
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
 	)
 	return i, err
 }
 
 const topupsGetBySession = `-- name: TopupsGetBySession :one
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
 FROM topups
 WHERE session_id = $1
 `
@@ -84,6 +144,8 @@ func (q *Queries) TopupsGetBySession(ctx context.Context, sessionID *string) (To
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
 	)
 	return i, err
 }
@@ -116,26 +178,34 @@ func (q *Queries) TopupsInsertForSession(ctx context.Context, arg TopupsInsertFo
 }
 
 const topupsInsertPending = `-- name: TopupsInsertPending :one
-INSERT INTO topups (id, account_id, amount, currency)
-VALUES ($1, $2, $3, $4)
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+INSERT INTO topups (id, account_id, amount, currency, idempotency_key, request_fingerprint)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (account_id, idempotency_key) DO NOTHING
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint
 `
 
 type TopupsInsertPendingParams struct {
-	ID        string
-	AccountID string
-	Amount    int64
-	Currency  string
+	ID                 string
+	AccountID          string
+	Amount             int64
+	Currency           string
+	IdempotencyKey     *string
+	RequestFingerprint *string
 }
 
-// Records a new pending order before its Checkout Session is created (the API). Fails with
-// topups_account_fk when the account does not exist.
+// Records a new pending order before its Checkout Session is created (the API), with the caller's
+// Idempotency-Key and request fingerprint when one was sent. Returns no row when the account already
+// has an order under that key (topups_idempotency_key; a concurrent insert of the same key waits for
+// the first and then returns none). Fails with topups_account_fk when the account does not exist.
 func (q *Queries) TopupsInsertPending(ctx context.Context, arg TopupsInsertPendingParams) (Topup, error) {
 	row := q.db.QueryRow(ctx, topupsInsertPending,
 		arg.ID,
 		arg.AccountID,
 		arg.Amount,
 		arg.Currency,
+		arg.IdempotencyKey,
+		arg.RequestFingerprint,
 	)
 	var i Topup
 	err := row.Scan(
@@ -150,6 +220,8 @@ func (q *Queries) TopupsInsertPending(ctx context.Context, arg TopupsInsertPendi
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
 	)
 	return i, err
 }
@@ -159,7 +231,8 @@ UPDATE topups
 SET status = 'paid', payment_intent = $1, paid_event_id = $2, paid_at = now()
 WHERE session_id = $3
   AND status = 'pending'
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint
 `
 
 type TopupsMarkPaidParams struct {
@@ -187,6 +260,8 @@ func (q *Queries) TopupsMarkPaid(ctx context.Context, arg TopupsMarkPaidParams) 
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
 	)
 	return i, err
 }
@@ -195,8 +270,9 @@ const topupsSetSession = `-- name: TopupsSetSession :one
 UPDATE topups
 SET session_id = $1, checkout_url = $2
 WHERE id = $3
-  AND session_id IS NULL
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at
+  AND (session_id IS NULL OR session_id = $1)
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint
 `
 
 type TopupsSetSessionParams struct {
@@ -205,8 +281,9 @@ type TopupsSetSessionParams struct {
 	ID          string
 }
 
-// Attaches the Checkout Session created for a pending order. Returns no row when the order does not
-// exist or already has a session.
+// Attaches the Checkout Session created for a pending order; attaching the same session again (a
+// retried request, answered the same session by Stripe's idempotency) changes nothing. Returns no row
+// when the order does not exist or already has another session.
 func (q *Queries) TopupsSetSession(ctx context.Context, arg TopupsSetSessionParams) (Topup, error) {
 	row := q.db.QueryRow(ctx, topupsSetSession, arg.SessionID, arg.CheckoutURL, arg.ID)
 	var i Topup
@@ -222,6 +299,8 @@ func (q *Queries) TopupsSetSession(ctx context.Context, arg TopupsSetSessionPara
 		&i.PaidEventID,
 		&i.CreatedAt,
 		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
 	)
 	return i, err
 }
