@@ -75,7 +75,7 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	}
 	base := startServe(t, map[string]string{"DATABASE_URL": url, "STRIPE_WEBHOOK_SECRET": loadSecret})
 	waitStatus(t, base+"/readyz", http.StatusOK, 5*time.Second)
-	before := serverGoroutines(t)
+	before := settledGoroutines(t)
 	if before == 0 {
 		t.Fatal("no goroutine carries the server's label: the leak check would see nothing")
 	}
@@ -159,6 +159,23 @@ func serverGoroutines(t *testing.T) int {
 		total += n
 	}
 	return total
+}
+
+// settledGoroutines is serverGoroutines once the count has held for a second (at most 10 s): the
+// server's River client starts its services in the background after serve is ready.
+func settledGoroutines(t *testing.T) int {
+	t.Helper()
+	last, same := serverGoroutines(t), 0
+	for deadline := time.Now().Add(10 * time.Second); same < 5 && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		now := serverGoroutines(t)
+		if now == last {
+			same++
+		} else {
+			last, same = now, 0
+		}
+	}
+	return last
 }
 
 // waitGoroutines waits for the server's goroutines to come back to about what they were; a few
