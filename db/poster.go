@@ -436,7 +436,7 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 			plan.outcomes[i] = outcome{err: fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrOutOfRange)}
 			continue
 		}
-		// The same condition as AccountsBalanceAddNoOverdraw, on the balance this member would see.
+		// The same condition as LedgerInsert's no_overdraw, on the balance this member would see.
 		if p.NoOverdraw && balance < 0 {
 			plan.outcomes[i] = outcome{err: fmt.Errorf("post %d to %s: %w", p.Amount, p.AccountID, ErrInsufficientBalance)}
 			continue
