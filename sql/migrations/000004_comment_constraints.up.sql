@@ -1,6 +1,6 @@
 -- Every constraint, index, trigger and table says what it guarantees (the catalog test holds this),
 -- and the append-only trigger names itself in its error, so that the application recognises a refused
--- change by constraint and table rather than by the wording of the message.
+-- change by the constraint's name and its table rather than by the wording of the message.
 
 COMMENT ON CONSTRAINT accounts_pkey ON accounts IS
     'One account per id: concurrent creations of the same account collapse to one (ON CONFLICT (id) DO NOTHING).';
