@@ -73,3 +73,70 @@ SELECT balance
 FROM accounts
 WHERE id = @id
 FOR NO KEY UPDATE;
+
+-- name: AccountsGetAutomation :one
+-- An account's saved card, auto-recharge and alert settings (GET /v1/accounts/{id}, the recharge job).
+-- Returns no row when the account does not exist.
+SELECT stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
+       recharge_failures, low_balance_alert
+FROM accounts
+WHERE id = @id;
+
+-- name: AccountsSetRecharge :one
+-- Sets auto-recharge. Enabling needs a saved card: the condition is on the locked row, so a card
+-- recorded concurrently counts and none is never enabled (accounts_recharge_enabled_check holds it
+-- too). Enabling forgives earlier failures. Returns no row when the account does not exist or has no
+-- saved card while enabling.
+UPDATE accounts
+SET recharge_enabled = @enabled,
+    recharge_threshold = @threshold,
+    recharge_amount = @amount,
+    recharge_failures = CASE WHEN @enabled::boolean THEN 0 ELSE recharge_failures END
+WHERE id = @id
+  AND (NOT @enabled::boolean OR (stripe_customer IS NOT NULL AND payment_method IS NOT NULL))
+RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
+          recharge_failures, low_balance_alert;
+
+-- name: AccountsSetAlerts :one
+-- Sets (or, with NULL, clears) the low-balance alert threshold. Returns no row when the account does
+-- not exist.
+UPDATE accounts
+SET low_balance_alert = sqlc.narg(low_balance_alert)
+WHERE id = @id
+RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
+          recharge_failures, low_balance_alert;
+
+-- name: AccountsSetStripeCustomer :execrows
+-- Records the Stripe customer that saves the account's card, unless it has one: the API creates one
+-- customer per account (Stripe idempotency key customer:{account_id}), and the completed session names
+-- it again.
+UPDATE accounts
+SET stripe_customer = @stripe_customer
+WHERE id = @id
+  AND stripe_customer IS NULL;
+
+-- name: AccountsSetPaymentMethod :execrows
+-- Records the card saved for off-session use, when it belongs to the account's customer.
+UPDATE accounts
+SET payment_method = @payment_method
+WHERE id = @id
+  AND stripe_customer = @stripe_customer
+  AND payment_method IS DISTINCT FROM @payment_method;
+
+-- name: AccountsRechargeFailed :one
+-- Counts a failed attempt of an account with recharge on; the third in a row turns recharge off. The
+-- SET reads the locked row, so concurrent failures count one by one. Returns no row when recharge was
+-- already off (nothing to count).
+UPDATE accounts
+SET recharge_failures = recharge_failures + 1,
+    recharge_enabled = recharge_failures + 1 < 3
+WHERE id = @id
+  AND recharge_enabled
+RETURNING recharge_failures, recharge_enabled;
+
+-- name: AccountsRechargeSucceeded :exec
+-- A paid attempt ends the run of failures.
+UPDATE accounts
+SET recharge_failures = 0
+WHERE id = @id
+  AND recharge_failures <> 0;

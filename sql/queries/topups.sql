@@ -77,3 +77,14 @@ SELECT id, account_id, session_id, payment_intent, amount, currency, status, che
        idempotency_key, request_fingerprint
 FROM topups
 WHERE payment_intent = @payment_intent::text;
+
+-- name: TopupsMarkPaidByID :one
+-- The pending -> paid transition of an order paid without a Checkout Session (a recharge attempt's,
+-- by payment_intent.succeeded), the same guard as TopupsMarkPaid: only the transaction whose UPDATE
+-- finds it pending gets a row and posts the credit.
+UPDATE topups
+SET status = 'paid', payment_intent = @payment_intent, paid_event_id = @paid_event_id, paid_at = now()
+WHERE id = @id
+  AND status = 'pending'
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint;

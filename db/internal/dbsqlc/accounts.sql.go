@@ -94,6 +94,40 @@ func (q *Queries) AccountsGet(ctx context.Context, id string) (AccountsGetRow, e
 	return i, err
 }
 
+const accountsGetAutomation = `-- name: AccountsGetAutomation :one
+SELECT stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
+       recharge_failures, low_balance_alert
+FROM accounts
+WHERE id = $1
+`
+
+type AccountsGetAutomationRow struct {
+	StripeCustomer    *string
+	PaymentMethod     *string
+	RechargeEnabled   bool
+	RechargeThreshold *int64
+	RechargeAmount    *int64
+	RechargeFailures  int32
+	LowBalanceAlert   *int64
+}
+
+// An account's saved card, auto-recharge and alert settings (GET /v1/accounts/{id}, the recharge job).
+// Returns no row when the account does not exist.
+func (q *Queries) AccountsGetAutomation(ctx context.Context, id string) (AccountsGetAutomationRow, error) {
+	row := q.db.QueryRow(ctx, accountsGetAutomation, id)
+	var i AccountsGetAutomationRow
+	err := row.Scan(
+		&i.StripeCustomer,
+		&i.PaymentMethod,
+		&i.RechargeEnabled,
+		&i.RechargeThreshold,
+		&i.RechargeAmount,
+		&i.RechargeFailures,
+		&i.LowBalanceAlert,
+	)
+	return i, err
+}
+
 const accountsHeldRelease = `-- name: AccountsHeldRelease :one
 UPDATE accounts
 SET held = held - $1
@@ -235,4 +269,180 @@ func (q *Queries) AccountsLockForGroup(ctx context.Context, id string) (int64, e
 	var balance int64
 	err := row.Scan(&balance)
 	return balance, err
+}
+
+const accountsRechargeFailed = `-- name: AccountsRechargeFailed :one
+UPDATE accounts
+SET recharge_failures = recharge_failures + 1,
+    recharge_enabled = recharge_failures + 1 < 3
+WHERE id = $1
+  AND recharge_enabled
+RETURNING recharge_failures, recharge_enabled
+`
+
+type AccountsRechargeFailedRow struct {
+	RechargeFailures int32
+	RechargeEnabled  bool
+}
+
+// Counts a failed attempt of an account with recharge on; the third in a row turns recharge off. The
+// SET reads the locked row, so concurrent failures count one by one. Returns no row when recharge was
+// already off (nothing to count).
+func (q *Queries) AccountsRechargeFailed(ctx context.Context, id string) (AccountsRechargeFailedRow, error) {
+	row := q.db.QueryRow(ctx, accountsRechargeFailed, id)
+	var i AccountsRechargeFailedRow
+	err := row.Scan(&i.RechargeFailures, &i.RechargeEnabled)
+	return i, err
+}
+
+const accountsRechargeSucceeded = `-- name: AccountsRechargeSucceeded :exec
+UPDATE accounts
+SET recharge_failures = 0
+WHERE id = $1
+  AND recharge_failures <> 0
+`
+
+// A paid attempt ends the run of failures.
+func (q *Queries) AccountsRechargeSucceeded(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, accountsRechargeSucceeded, id)
+	return err
+}
+
+const accountsSetAlerts = `-- name: AccountsSetAlerts :one
+UPDATE accounts
+SET low_balance_alert = $1
+WHERE id = $2
+RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
+          recharge_failures, low_balance_alert
+`
+
+type AccountsSetAlertsParams struct {
+	LowBalanceAlert *int64
+	ID              string
+}
+
+type AccountsSetAlertsRow struct {
+	StripeCustomer    *string
+	PaymentMethod     *string
+	RechargeEnabled   bool
+	RechargeThreshold *int64
+	RechargeAmount    *int64
+	RechargeFailures  int32
+	LowBalanceAlert   *int64
+}
+
+// Sets (or, with NULL, clears) the low-balance alert threshold. Returns no row when the account does
+// not exist.
+func (q *Queries) AccountsSetAlerts(ctx context.Context, arg AccountsSetAlertsParams) (AccountsSetAlertsRow, error) {
+	row := q.db.QueryRow(ctx, accountsSetAlerts, arg.LowBalanceAlert, arg.ID)
+	var i AccountsSetAlertsRow
+	err := row.Scan(
+		&i.StripeCustomer,
+		&i.PaymentMethod,
+		&i.RechargeEnabled,
+		&i.RechargeThreshold,
+		&i.RechargeAmount,
+		&i.RechargeFailures,
+		&i.LowBalanceAlert,
+	)
+	return i, err
+}
+
+const accountsSetPaymentMethod = `-- name: AccountsSetPaymentMethod :execrows
+UPDATE accounts
+SET payment_method = $1
+WHERE id = $2
+  AND stripe_customer = $3
+  AND payment_method IS DISTINCT FROM $1
+`
+
+type AccountsSetPaymentMethodParams struct {
+	PaymentMethod  *string
+	ID             string
+	StripeCustomer *string
+}
+
+// Records the card saved for off-session use, when it belongs to the account's customer.
+func (q *Queries) AccountsSetPaymentMethod(ctx context.Context, arg AccountsSetPaymentMethodParams) (int64, error) {
+	result, err := q.db.Exec(ctx, accountsSetPaymentMethod, arg.PaymentMethod, arg.ID, arg.StripeCustomer)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const accountsSetRecharge = `-- name: AccountsSetRecharge :one
+UPDATE accounts
+SET recharge_enabled = $1,
+    recharge_threshold = $2,
+    recharge_amount = $3,
+    recharge_failures = CASE WHEN $1::boolean THEN 0 ELSE recharge_failures END
+WHERE id = $4
+  AND (NOT $1::boolean OR (stripe_customer IS NOT NULL AND payment_method IS NOT NULL))
+RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
+          recharge_failures, low_balance_alert
+`
+
+type AccountsSetRechargeParams struct {
+	Enabled   bool
+	Threshold *int64
+	Amount    *int64
+	ID        string
+}
+
+type AccountsSetRechargeRow struct {
+	StripeCustomer    *string
+	PaymentMethod     *string
+	RechargeEnabled   bool
+	RechargeThreshold *int64
+	RechargeAmount    *int64
+	RechargeFailures  int32
+	LowBalanceAlert   *int64
+}
+
+// Sets auto-recharge. Enabling needs a saved card: the condition is on the locked row, so a card
+// recorded concurrently counts and none is never enabled (accounts_recharge_enabled_check holds it
+// too). Enabling forgives earlier failures. Returns no row when the account does not exist or has no
+// saved card while enabling.
+func (q *Queries) AccountsSetRecharge(ctx context.Context, arg AccountsSetRechargeParams) (AccountsSetRechargeRow, error) {
+	row := q.db.QueryRow(ctx, accountsSetRecharge,
+		arg.Enabled,
+		arg.Threshold,
+		arg.Amount,
+		arg.ID,
+	)
+	var i AccountsSetRechargeRow
+	err := row.Scan(
+		&i.StripeCustomer,
+		&i.PaymentMethod,
+		&i.RechargeEnabled,
+		&i.RechargeThreshold,
+		&i.RechargeAmount,
+		&i.RechargeFailures,
+		&i.LowBalanceAlert,
+	)
+	return i, err
+}
+
+const accountsSetStripeCustomer = `-- name: AccountsSetStripeCustomer :execrows
+UPDATE accounts
+SET stripe_customer = $1
+WHERE id = $2
+  AND stripe_customer IS NULL
+`
+
+type AccountsSetStripeCustomerParams struct {
+	StripeCustomer *string
+	ID             string
+}
+
+// Records the Stripe customer that saves the account's card, unless it has one: the API creates one
+// customer per account (Stripe idempotency key customer:{account_id}), and the completed session names
+// it again.
+func (q *Queries) AccountsSetStripeCustomer(ctx context.Context, arg AccountsSetStripeCustomerParams) (int64, error) {
+	result, err := q.db.Exec(ctx, accountsSetStripeCustomer, arg.StripeCustomer, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

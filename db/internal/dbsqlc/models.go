@@ -19,6 +19,41 @@ type Account struct {
 	LastSeq int64
 	// Sum of the amounts of this account's holds in status held, moved in the transaction that reserves or resolves each hold; `onceledger verify` checks it against holds. Available = balance - held.
 	Held int64
+	// The Stripe customer a saved card belongs to: created for a top-up asking save_payment_method, recorded from its completed Checkout Session.
+	StripeCustomer *string
+	// The card saved for off-session use (setup_future_usage=off_session), recorded from the payment's payment_intent.succeeded. Auto-recharge charges it.
+	PaymentMethod *string
+	// Auto-recharge is on (opt-in, PUT /v1/accounts/{id}/recharge); turned off by three failed attempts in a row.
+	RechargeEnabled bool
+	// A debit leaving available (balance - held) below this starts an attempt, once per episode.
+	RechargeThreshold *int64
+	// What one recharge attempt buys, in minor units of the account's currency.
+	RechargeAmount *int64
+	// The current low-balance episode: recharge_attempts holds at most one attempt per episode. Advanced by accounts_available_watch when available rises to the threshold or above after an attempt.
+	RechargeEpisode int64
+	// Recharge attempts failed in a row; reset by a success or by enabling again. The third disables recharge.
+	RechargeFailures int32
+	// Alert threshold (PUT /v1/accounts/{id}/alerts): balance.low when available falls below it, balance.recovered when it rises back. NULL: no alerts.
+	LowBalanceAlert *int64
+	// The current alert episode for low_balance_alert: advanced by each recovery, so balance_alerts holds one low and one recovery per crossing.
+	AlertEpisode int64
+}
+
+// One low-balance episode of an account against one alert threshold: created by the debit that took available below it (balance.low), completed by the credit or release that brought it back (balance.recovered). The key makes a flapping balance send one alert per crossing, never more. Also the outbox of both notifications.
+type BalanceAlert struct {
+	AccountID string
+	Threshold int64
+	Episode   int64
+	// Available right after the debit that crossed below.
+	LowAvailable int64
+	LowAt        time.Time
+	// Available right after the change that crossed back; NULL: still low.
+	RecoveredAvailable *int64
+	RecoveredAt        *time.Time
+	// When balance.low was enqueued; NULL: still to enqueue (outbox).
+	LowEnqueuedAt *time.Time
+	// When balance.recovered was enqueued; NULL after a recovery: still to enqueue.
+	RecoveredEnqueuedAt *time.Time
 }
 
 // Billable decisions as the product reported them. Billing posts one usage entry keyed decision:{id}; ledger_dedupe_idx, not a flag here, makes re-reading a decision harmless. No foreign key to accounts: a decision may arrive before its account and is billed once the account exists.
@@ -66,6 +101,32 @@ type LedgerEntry struct {
 	Seq int64
 	// The account's balance right after this entry: previous balance_after + amount, in seq order (the first entry: amount). Held by ledger_chain_advance and checked by verify.
 	BalanceAfter int64
+}
+
+// One automatic top-up per low-balance episode of an account, inserted by accounts_available_watch in the transaction of the debit that left available below the threshold. It owns a pending top-up order (topup_id) that only payment_intent.succeeded pays. It is also the outbox of its PaymentIntent job and of its notification.
+type RechargeAttempt struct {
+	AccountID string
+	// The attempt's id; Stripe's Idempotency-Key for its PaymentIntent is recharge:{id}, and its order is rch_{id}.
+	ID int64
+	// accounts.recharge_episode when the attempt was made.
+	Episode int64
+	// The pending order this attempt owns (rch_{id}, no Checkout Session), inserted with it; only payment_intent.succeeded pays it, through the same pending->paid guard as Checkout orders.
+	TopupID string
+	Amount  int64
+	// requested until the webhook resolves it, once, by a conditional UPDATE ... WHERE status = 'requested': succeeded (payment_intent.succeeded), failed (payment_intent.payment_failed) or action_required (the card needs the customer; never retried blindly).
+	Status string
+	// The PaymentIntent the job created, once Stripe answered.
+	PaymentIntent *string
+	// Stripe's code for a failed or paused attempt (last_payment_error.code).
+	FailureCode *string
+	// This failure was the third in a row and turned recharge off.
+	DisabledRecharge bool
+	CreatedAt        time.Time
+	ResolvedAt       *time.Time
+	// When the sweeper enqueued the River job creating the PaymentIntent; NULL: still to enqueue (outbox).
+	JobEnqueuedAt *time.Time
+	// When the sweeper enqueued the notification of the resolution (recharge.failed, recharge.disabled, recharge.action_required); NULL for a resolved attempt: still to enqueue.
+	NoticeEnqueuedAt *time.Time
 }
 
 // Every verified Stripe event, inserted in the same transaction as its effects. The primary key makes a redelivered event a no-op.

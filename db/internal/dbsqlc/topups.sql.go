@@ -266,6 +266,45 @@ func (q *Queries) TopupsMarkPaid(ctx context.Context, arg TopupsMarkPaidParams) 
 	return i, err
 }
 
+const topupsMarkPaidByID = `-- name: TopupsMarkPaidByID :one
+UPDATE topups
+SET status = 'paid', payment_intent = $1, paid_event_id = $2, paid_at = now()
+WHERE id = $3
+  AND status = 'pending'
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint
+`
+
+type TopupsMarkPaidByIDParams struct {
+	PaymentIntent *string
+	PaidEventID   *string
+	ID            string
+}
+
+// The pending -> paid transition of an order paid without a Checkout Session (a recharge attempt's,
+// by payment_intent.succeeded), the same guard as TopupsMarkPaid: only the transaction whose UPDATE
+// finds it pending gets a row and posts the credit.
+func (q *Queries) TopupsMarkPaidByID(ctx context.Context, arg TopupsMarkPaidByIDParams) (Topup, error) {
+	row := q.db.QueryRow(ctx, topupsMarkPaidByID, arg.PaymentIntent, arg.PaidEventID, arg.ID)
+	var i Topup
+	err := row.Scan(
+		&i.ID,
+		&i.AccountID,
+		&i.SessionID,
+		&i.PaymentIntent,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.CheckoutURL,
+		&i.PaidEventID,
+		&i.CreatedAt,
+		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
+	)
+	return i, err
+}
+
 const topupsSetSession = `-- name: TopupsSetSession :one
 UPDATE topups
 SET session_id = $1, checkout_url = $2
