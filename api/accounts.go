@@ -37,6 +37,9 @@ type accountJSON struct {
 	Held      int64     `json:"held"`
 	Available int64     `json:"available"`
 	CreatedAt time.Time `json:"created_at"`
+	// Recharge and Alerts are shown by GET /v1/accounts/{id}.
+	Recharge *rechargeJSON `json:"recharge,omitempty"`
+	Alerts   *alertsJSON   `json:"alerts,omitempty"`
 }
 
 func accountOut(a db.Account) accountJSON {
@@ -145,7 +148,13 @@ func handleGetAccount(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, response{Account: accountOut(acct)})
+		settings, err := db.GetAutomation(r.Context(), d.Pool, id)
+		if err != nil {
+			return err
+		}
+		out := accountOut(acct)
+		out.Recharge, out.Alerts = rechargeOut(settings), alertsOut(settings)
+		writeJSON(w, http.StatusOK, response{Account: out})
 		return nil
 	})
 }

@@ -29,6 +29,8 @@ func routes(d Deps) http.Handler {
 	v1.Handle("/accounts/{id}/statement", handleGetStatement(d)).Methods(http.MethodGet)
 	v1.Handle("/accounts/{id}/adjustments", handlePostAdjustment(d)).Methods(http.MethodPost)
 	v1.Handle("/accounts/{id}/topups", handlePostTopup(d)).Methods(http.MethodPost)
+	v1.Handle("/accounts/{id}/recharge", handlePutRecharge(d)).Methods(http.MethodPut)
+	v1.Handle("/accounts/{id}/alerts", handlePutAlerts(d)).Methods(http.MethodPut)
 	v1.Handle("/accounts/{id}/holds", handlePostHold(d)).Methods(http.MethodPost)
 	v1.Handle("/accounts/{id}/holds/{hold_id}", handleGetHold(d)).Methods(http.MethodGet)
 	v1.Handle("/accounts/{id}/holds/{hold_id}/capture", handleCaptureHold(d)).Methods(http.MethodPost)

@@ -56,6 +56,8 @@ func handlePostTopup(d Deps) http.Handler {
 		Amount     *int64  `json:"amount"`
 		SuccessURL *string `json:"success_url"`
 		CancelURL  *string `json:"cancel_url"`
+		// SavePaymentMethod saves the card for off-session use (auto-recharge, SPEC §13).
+		SavePaymentMethod bool `json:"save_payment_method"`
 	}
 	sc := d.Stripe
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
@@ -87,7 +89,7 @@ func handlePostTopup(d Deps) http.Handler {
 
 		order, created, err := db.InsertPendingTopup(r.Context(), d.Pool, db.Topup{
 			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Currency: acct.Currency,
-			IdempotencyKey: key, RequestFingerprint: topupFingerprint(key, *req.Amount, *req.SuccessURL, req.CancelURL),
+			IdempotencyKey: key, RequestFingerprint: topupFingerprint(key, *req.Amount, *req.SuccessURL, req.CancelURL, req.SavePaymentMethod),
 		})
 		if err != nil {
 			return err
@@ -120,6 +122,14 @@ func handlePostTopup(d Deps) http.Handler {
 				},
 			}},
 		}
+		if req.SavePaymentMethod {
+			customer, err := stripeCustomer(r, d, acct.ID)
+			if err != nil {
+				return err
+			}
+			params.Customer = stripe.String(customer)
+			params.PaymentIntentData.SetupFutureUsage = stripe.String(string(stripe.PaymentIntentSetupFutureUsageOffSession))
+		}
 		// A retried request inside Stripe's idempotency window returns the same session.
 		params.SetIdempotencyKey("topup:" + order.ID)
 		params.Context = r.Context()
@@ -137,6 +147,36 @@ func handlePostTopup(d Deps) http.Handler {
 	})
 }
 
+// stripeCustomer is the account's Stripe customer, created once (Stripe idempotency key
+// customer:{account_id}, so concurrent first requests get the same one) and recorded before the session
+// names it: the completed session and its payment then find it on the account.
+func stripeCustomer(r *http.Request, d Deps, accountID string) (string, error) {
+	settings, err := db.GetAutomation(r.Context(), d.Pool, accountID)
+	if err != nil {
+		return "", err
+	}
+	if settings.StripeCustomer != "" {
+		return settings.StripeCustomer, nil
+	}
+	params := &stripe.CustomerParams{Metadata: map[string]string{"account_id": accountID}}
+	params.SetIdempotencyKey("customer:" + accountID)
+	params.Context = r.Context()
+	c, err := d.Stripe.Customers.New(params)
+	if err != nil {
+		d.Log.WarnContext(r.Context(), "stripe customer not created", "account", accountID, "err", err)
+		return "", stripeFailure(err)
+	}
+	if err := db.SetStripeCustomer(r.Context(), d.Pool, accountID, c.ID); err != nil {
+		return "", err
+	}
+	// Recorded by this call or an earlier one: the account's customer is the one stored.
+	settings, err = db.GetAutomation(r.Context(), d.Pool, accountID)
+	if err != nil {
+		return "", err
+	}
+	return settings.StripeCustomer, nil
+}
+
 // optionalIdempotencyKey is the request's Idempotency-Key, or empty when it sent none.
 func optionalIdempotencyKey(r *http.Request) (string, error) {
 	if len(r.Header.Values("Idempotency-Key")) == 0 {
@@ -147,7 +187,7 @@ func optionalIdempotencyKey(r *http.Request) (string, error) {
 
 // topupFingerprint digests what a top-up request asks for, so that a key reused with another body is
 // recognised; empty without a key.
-func topupFingerprint(key string, amount int64, successURL string, cancelURL *string) string {
+func topupFingerprint(key string, amount int64, successURL string, cancelURL *string, saveCard bool) string {
 	if key == "" {
 		return ""
 	}
@@ -155,8 +195,13 @@ func topupFingerprint(key string, amount int64, successURL string, cancelURL *st
 	if cancelURL != nil {
 		cancel = "url " + *cancelURL
 	}
+	fields := []string{strconv.FormatInt(amount, 10), successURL, cancel}
+	if saveCard {
+		// Only when asked, so the fingerprints of requests stored before the field existed still match.
+		fields = append(fields, "save_payment_method")
+	}
 	h := sha256.New()
-	for _, field := range []string{strconv.FormatInt(amount, 10), successURL, cancel} {
+	for _, field := range fields {
 		fmt.Fprintf(h, "%d:%s", len(field), field)
 	}
 	return hex.EncodeToString(h.Sum(nil))

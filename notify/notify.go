@@ -1,5 +1,5 @@
 // Package notify tells a receiver about every newly posted ledger entry, after the entry commits and
-// never twice for one entry.
+// never twice for one entry, and about account events (low balance, recharge outcomes; EventArgs).
 //
 // Enqueue, used as db.Ledger.OnPosted, inserts one River job per entry in the posting transaction:
 // the job commits or rolls back with the entry, and a replay, which posts nothing, enqueues nothing.
@@ -120,6 +120,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Notifier, error) {
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
+	river.AddWorker(workers, &eventWorker{w: w})
 	rc := &river.Config{
 		Logger:                      cfg.Log,
 		Workers:                     workers,
@@ -268,3 +269,69 @@ func retryWait(base time.Duration, failures int) time.Duration {
 
 // Timeout bounds one delivery; the request is made with the job's context.
 func (w *worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
+
+// Account events (SPEC §13): told to the same receiver, signed the same way, each with its own
+// notification id as Idempotency-Key.
+const (
+	TypeBalanceLow             = "balance.low"
+	TypeBalanceRecovered       = "balance.recovered"
+	TypeRechargeSucceeded      = "recharge.succeeded"
+	TypeRechargeFailed         = "recharge.failed"
+	TypeRechargeDisabled       = "recharge.disabled"
+	TypeRechargeActionRequired = "recharge.action_required"
+)
+
+// EventArgs is one account event notification job, fixed when its row is swept from the outbox, so
+// that every attempt sends the same body. ID alone makes the job unique.
+type EventArgs struct {
+	ID        string         `json:"id" river:"unique"`
+	Type      string         `json:"type"`
+	AccountID string         `json:"account_id"`
+	Data      map[string]any `json:"data"`
+	CreatedAt time.Time      `json:"created_at"`
+}
+
+// Kind names the job in river_job.kind.
+func (EventArgs) Kind() string { return "account_event_notification" }
+
+// EnqueueEvents inserts, in tx, one job per event; an event whose id already has a job gets no second.
+func (n *Notifier) EnqueueEvents(ctx context.Context, tx pgx.Tx, events []EventArgs) error {
+	if len(events) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(events))
+	for i, e := range events {
+		params[i] = river.InsertManyParams{Args: e, InsertOpts: &n.insertOpts}
+	}
+	if _, err := n.client.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("enqueue %d event notifications: %w", len(params), err)
+	}
+	return nil
+}
+
+// eventWorker delivers one account event per job, as worker does entries.
+type eventWorker struct {
+	river.WorkerDefaults[EventArgs]
+	w *worker
+}
+
+// Work POSTs the event once; the body is the job's args, its id the Idempotency-Key.
+func (e *eventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
+	body, err := json.Marshal(job.Args)
+	if err != nil {
+		return err
+	}
+	err = e.w.deliver(ctx, job.Args.ID, body)
+	if err != nil && job.Attempt >= job.MaxAttempts && e.w.log != nil {
+		e.w.log.Error("notification given up; it stays in river_job as discarded",
+			"notification", job.Args.ID, "attempts", job.Attempt, "error", err.Error())
+	}
+	return err
+}
+
+// NextRetry and Timeout are the entry worker's.
+func (e *eventWorker) NextRetry(job *river.Job[EventArgs]) time.Time {
+	return e.w.now().Add(retryWait(e.w.retryBase, len(job.Errors)+1))
+}
+
+func (e *eventWorker) Timeout(*river.Job[EventArgs]) time.Duration { return e.w.timeout }

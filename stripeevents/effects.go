@@ -14,7 +14,7 @@ import (
 // the ones worth recovering when their delivery failed. Stripe accepts at most 20 in one listing.
 var MoneyMovingTypes = slices.Concat(
 	[]string{"checkout.session.completed", "checkout.session.async_payment_succeeded", "charge.refunded"},
-	refundTypes, disputeTypes,
+	refundTypes, disputeTypes, paymentIntentTypes,
 )
 
 // refundTypes carry one refund object; disputeTypes one dispute object (the cases of effects below).
@@ -27,7 +27,7 @@ var (
 )
 
 // recordedTypes describe a payment the Checkout Session already credits: kept, never credited.
-var recordedTypes = []string{"payment_intent.succeeded", "charge.succeeded"}
+var recordedTypes = []string{"charge.succeeded"}
 
 // Handles reports whether effects knows eventType (every other type is recorded as ignored).
 func Handles(eventType string) bool {
@@ -54,9 +54,16 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, f fetched) 
 		}
 		return expire(ctx, tx, s)
 
-	case "payment_intent.succeeded", "charge.succeeded":
+	case "charge.succeeded":
 		// The same payment as the Checkout Session: crediting it too would double it.
 		return outcome{status: OutcomeRecorded}, nil
+
+	case "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.requires_action":
+		var pi paymentIntentObject
+		if err := ev.object(&pi); err != nil {
+			return outcome{}, err
+		}
+		return p.paymentIntentEffects(ctx, tx, ev, pi, f.parked)
 
 	case "charge.refund.updated", "refund.created", "refund.updated", "refund.failed":
 		var r refund
@@ -139,6 +146,12 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	if err != nil {
 		return outcome{}, err
 	}
+	if s.Customer.ID != "" {
+		// A session that saves the card (save_payment_method): its customer is the account's.
+		if err := db.SetStripeCustomer(ctx, tx, acct.ID, s.Customer.ID); err != nil {
+			return outcome{}, err
+		}
+	}
 	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
 	order, paid, err := db.MarkTopupPaid(ctx, tx, s.ID, paymentIntent, ev.ID)
 	if errors.Is(err, db.ErrDedupeConflict) {
@@ -160,19 +173,28 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		}
 		return out, nil
 	}
-	out.credited, err = p.post(ctx, tx, &out, db.Posting{
-		AccountID: order.AccountID, Kind: db.KindTopup, Amount: s.AmountTotal,
-		Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID, PaymentIntent: paymentIntent,
-	})
-	if err != nil {
+	if err := p.creditOrder(ctx, tx, &out, ev, order, "Stripe Checkout "+s.ID, prefetched); err != nil {
 		return outcome{}, err
 	}
-	if paymentIntent != "" {
-		if err := p.unpark(ctx, tx, &out, paymentIntent, prefetched); err != nil {
-			return outcome{}, err
-		}
-	}
 	return out, nil
+}
+
+// creditOrder posts the credit of an order that this transaction just moved from pending to paid (a
+// Checkout Session's or a recharge's), keyed stripe:{event_id}, then re-applies the events parked
+// waiting for its payment. Every paid order is credited here and nowhere else.
+func (p *Processor) creditOrder(ctx context.Context, tx db.Tx, out *outcome, ev event, order db.Topup, description string, prefetched map[string]refundLister) error {
+	var err error
+	out.credited, err = p.post(ctx, tx, out, db.Posting{
+		AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.Amount,
+		Description: description, DedupeKey: "stripe:" + ev.ID, PaymentIntent: order.PaymentIntent,
+	})
+	if err != nil {
+		return err
+	}
+	if order.PaymentIntent != "" {
+		return p.unpark(ctx, tx, out, order.PaymentIntent, prefetched)
+	}
+	return nil
 }
 
 // expire moves the session's pending order to expired (conditional, like the payment): applied when it

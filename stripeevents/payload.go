@@ -127,6 +127,16 @@ func storable(raw []byte) error {
 // paymentIntent is the payment the event's object belongs to (sessions, charges, refunds and disputes
 // all name it, or their charge's does), or empty.
 func (e event) paymentIntent() string {
+	if strings.HasPrefix(e.Type, "payment_intent.") {
+		// The object is the payment itself.
+		var pi struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(e.Data.Object, &pi) == nil {
+			return pi.ID
+		}
+		return ""
+	}
 	var o struct {
 		PaymentIntent ref `json:"payment_intent"`
 	}
@@ -219,9 +229,11 @@ type checkoutSession struct {
 	ClientReferenceID string            `json:"client_reference_id"`
 	Metadata          map[string]string `json:"metadata"`
 	PaymentIntent     ref               `json:"payment_intent"`
+	// Customer is set when the session saves the card (save_payment_method).
+	Customer ref `json:"customer"`
 }
 
-func (s *checkoutSession) ids() []string { return []string{s.ID, s.PaymentIntent.ID} }
+func (s *checkoutSession) ids() []string { return []string{s.ID, s.PaymentIntent.ID, s.Customer.ID} }
 
 // accountID is the account the session pays for: metadata.account_id, else client_reference_id.
 func (s checkoutSession) accountID() string {

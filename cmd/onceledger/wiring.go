@@ -9,6 +9,7 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/notify"
+	"github.com/onceledger/onceledger/recharge"
 	"github.com/onceledger/onceledger/stripeevents"
 )
 
@@ -38,6 +39,7 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 		return nil, err
 	}
 	w := &wiring{pool: pool, ledger: db.Ledger{Observe: observe}, close: pool.Close}
+	var notifier *notify.Notifier
 	if e.cfg.NotifyURL != "" {
 		n, err := notify.New(pool, notify.Config{URL: e.cfg.NotifyURL, Secret: e.cfg.NotifySecret, Log: e.log})
 		if err != nil {
@@ -45,6 +47,7 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 			return nil, err
 		}
 		w.ledger.OnPosted = n.Enqueue
+		notifier = n
 		if deliver {
 			// Not ctx: a signal must not cancel deliveries in flight; close lets them finish first.
 			if err := n.Start(context.WithoutCancel(ctx)); err != nil {
@@ -86,6 +89,35 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 			}
 			closeRest()
 		}
+		if err := w.startRecharge(ctx, e, notifier); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
 	return w, nil
+}
+
+// startRecharge works the auto-recharge outbox (serve only): the sweeper turns committed attempts and
+// alerts into jobs, the charger creates the PaymentIntents. Both stop before the rest closes.
+func (w *wiring) startRecharge(ctx context.Context, e env, notifier *notify.Notifier) error {
+	charger, err := recharge.NewCharger(w.pool, w.stripe, e.log)
+	if err != nil {
+		return err
+	}
+	if err := charger.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	sweeper := &recharge.Sweeper{Pool: w.pool, Charger: charger, Notifier: notifier, Log: e.log}
+	sweeper.Start(context.WithoutCancel(ctx))
+	closeRest := w.close
+	w.close = func() {
+		sweeper.Stop()
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyStopTimeout)
+		defer cancel()
+		if err := charger.Stop(stopCtx); err != nil {
+			e.log.Error("stopping recharge jobs", "error", err.Error())
+		}
+		closeRest()
+	}
+	return nil
 }

@@ -1,5 +1,5 @@
 // Package stripefake is a loopback stand-in for the Stripe API endpoints onceledger calls — creating a
-// Checkout Session (the API's top-ups), listing a charge's refunds (the webhook's charge.refunded),
+// Checkout Session and a customer (the API's top-ups), creating an off-session PaymentIntent (auto-recharge), listing a charge's refunds (the webhook's charge.refunded),
 // retrieving a charge (a refund or dispute naming only its charge) and listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
 // The demo, the bench and the tests share it; it is never Stripe, and says so in its errors.
 package stripefake
@@ -38,6 +38,11 @@ type Server struct {
 	queries  []url.Values                 // of every GET /v1/events
 	calls    int
 	failWith int
+
+	customers      []url.Values
+	paymentIntents []url.Values // every PaymentIntent created, in order
+	intentRequests []string     // the Idempotency-Key of every PaymentIntent request, answered or not
+	loseAnswers    int          // PaymentIntents created whose answer is then lost (a 500)
 }
 
 // New starts a stand-in; Close stops it.
@@ -124,6 +129,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/checkout/sessions":
 		s.checkoutSession(w, r.PostForm, r.Header.Get("Idempotency-Key"))
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/customers":
+		s.customer(w, r.PostForm, r.Header.Get("Idempotency-Key"))
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		s.paymentIntent(w, r.PostForm, r.Header.Get("Idempotency-Key"))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.Form.Get("charge") != "":
 		s.mu.Lock()
 		refunds := s.refunds[r.Form.Get("charge")]
@@ -174,6 +183,74 @@ func (s *Server) checkoutSession(w http.ResponseWriter, form url.Values, idempot
 	})
 	s.byKey[idempotencyKey] = session
 	_, _ = w.Write(session)
+}
+
+// customer answers a new customer cus_test_N; a repeated Idempotency-Key gets the same one.
+func (s *Server) customer(w http.ResponseWriter, form url.Values, idempotencyKey string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if answered, ok := s.byKey[idempotencyKey]; ok && idempotencyKey != "" {
+		_, _ = w.Write(answered)
+		return
+	}
+	s.customers = append(s.customers, form)
+	c := mustJSON(map[string]any{"id": fmt.Sprintf("cus_test_%d", len(s.customers)), "object": "customer"})
+	s.byKey[idempotencyKey] = c
+	_, _ = w.Write(c)
+}
+
+// paymentIntent answers a new PaymentIntent pi_test_N; as Stripe does, a request repeating an earlier
+// one's Idempotency-Key gets that one's PaymentIntent and creates none. LoseAnswers makes it create the
+// PaymentIntent and then answer a 500, as when the connection drops after Stripe acted.
+func (s *Server) paymentIntent(w http.ResponseWriter, form url.Values, idempotencyKey string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.intentRequests = append(s.intentRequests, idempotencyKey)
+	answered, ok := s.byKey[idempotencyKey]
+	if !ok || idempotencyKey == "" {
+		s.paymentIntents = append(s.paymentIntents, form)
+		answered = mustJSON(map[string]any{
+			"id": fmt.Sprintf("pi_test_%d", len(s.paymentIntents)), "object": "payment_intent", "status": "succeeded",
+			"amount": form.Get("amount"), "currency": form.Get("currency"), "customer": form.Get("customer"),
+			"payment_method": form.Get("payment_method"),
+			"metadata":       map[string]string{"account_id": form.Get("metadata[account_id]"), "topup_id": form.Get("metadata[topup_id]")},
+		})
+		s.byKey[idempotencyKey] = answered
+	}
+	if s.loseAnswers > 0 {
+		s.loseAnswers--
+		writeError(w, http.StatusInternalServerError, "the stand-in lost its answer")
+		return
+	}
+	_, _ = w.Write(answered)
+}
+
+// LoseAnswers makes the next n PaymentIntent requests act and then answer a 500.
+func (s *Server) LoseAnswers(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loseAnswers = n
+}
+
+// PaymentIntents returns the form of every PaymentIntent created so far, in order.
+func (s *Server) PaymentIntents() []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.paymentIntents...)
+}
+
+// PaymentIntentKeys returns the Idempotency-Key of every PaymentIntent request so far, in order.
+func (s *Server) PaymentIntentKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.intentRequests...)
+}
+
+// Customers returns the form of every customer created so far, in order.
+func (s *Server) Customers() []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.customers...)
 }
 
 // writePage answers one item of items, the one after starting_after, as a Stripe list.

@@ -1,0 +1,130 @@
+package stripeevents
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/onceledger/onceledger/db"
+)
+
+// paymentIntentTypes resolve recharge attempts (SPEC §13) and save cards; payment_intent.succeeded is
+// the only event that credits a recharge.
+var paymentIntentTypes = []string{"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.requires_action"}
+
+// authenticationRequired is Stripe's last_payment_error.code for an off-session payment that needs the
+// customer (3-D Secure): the attempt pauses, it does not count as a failure.
+const authenticationRequired = "authentication_required"
+
+// paymentIntentObject is a PaymentIntent as its events carry it.
+type paymentIntentObject struct {
+	ID               string            `json:"id"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
+	Customer         ref               `json:"customer"`
+	PaymentMethod    ref               `json:"payment_method"`
+	SetupFutureUsage string            `json:"setup_future_usage"`
+	Metadata         map[string]string `json:"metadata"`
+	LastPaymentError *struct {
+		Code string `json:"code"`
+	} `json:"last_payment_error"`
+}
+
+func (pi *paymentIntentObject) ids() []string {
+	return []string{pi.ID, pi.Customer.ID, pi.PaymentMethod.ID, pi.Metadata["topup_id"], pi.Metadata["account_id"]}
+}
+
+func (pi paymentIntentObject) failureCode() string {
+	if pi.LastPaymentError == nil {
+		return ""
+	}
+	return pi.LastPaymentError.Code
+}
+
+// paymentIntentEffects: a PaymentIntent whose metadata names a recharge attempt's order resolves the
+// attempt (and, succeeded, credits the order); one of a Checkout order that saved its card records the
+// card on the account. Anything else is recorded: a Checkout payment is credited by its session.
+func (p *Processor) paymentIntentEffects(ctx context.Context, tx db.Tx, ev event, pi paymentIntentObject, prefetched map[string]refundLister) (outcome, error) {
+	recorded := outcome{status: OutcomeRecorded, paymentIntent: pi.ID}
+	topupID := pi.Metadata["topup_id"]
+	if topupID == "" {
+		return recorded, nil
+	}
+	order, err := db.GetTopup(ctx, tx, topupID)
+	if errors.Is(err, db.ErrNotFound) {
+		return recorded, nil
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	attempt, err := db.AttemptByTopup(ctx, tx, order.AccountID, order.ID)
+	if errors.Is(err, db.ErrNotFound) {
+		return recorded, p.saveCard(ctx, tx, ev, order, pi)
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	switch ev.Type {
+	case "payment_intent.succeeded":
+		return p.rechargePaid(ctx, tx, ev, order, attempt, pi, prefetched)
+	case "payment_intent.payment_failed":
+		status := db.AttemptFailed
+		if pi.failureCode() == authenticationRequired {
+			status = db.AttemptActionRequired
+		}
+		return resolveAttempt(ctx, tx, attempt, status, pi)
+	default: // payment_intent.requires_action
+		return resolveAttempt(ctx, tx, attempt, db.AttemptActionRequired, pi)
+	}
+}
+
+// saveCard records the card of a succeeded Checkout payment made to be reused off-session, when its
+// customer is the account's (recorded when the API created the session).
+func (p *Processor) saveCard(ctx context.Context, tx db.Tx, ev event, order db.Topup, pi paymentIntentObject) error {
+	if ev.Type != "payment_intent.succeeded" || pi.SetupFutureUsage != "off_session" || pi.Customer.ID == "" || pi.PaymentMethod.ID == "" {
+		return nil
+	}
+	_, err := db.SetPaymentMethod(ctx, tx, order.AccountID, pi.Customer.ID, pi.PaymentMethod.ID)
+	return err
+}
+
+// rechargePaid moves the attempt's order from pending to paid and credits it, once, through the same
+// guard and credit as a Checkout order: three deliveries (or three events) of one payment credit once.
+func (p *Processor) rechargePaid(ctx context.Context, tx db.Tx, ev event, order db.Topup, attempt db.Attempt, pi paymentIntentObject, prefetched map[string]refundLister) (outcome, error) {
+	if pi.Amount > db.MaxAmount {
+		return outcome{}, park(ReasonAmountOutOfRange, pi.ID)
+	}
+	if pi.Amount != order.Amount || !strings.EqualFold(pi.Currency, order.Currency) {
+		return outcome{}, park(ReasonAmountMismatch, pi.ID)
+	}
+	out := outcome{status: OutcomeApplied, paymentIntent: pi.ID}
+	paidOrder, paid, err := db.MarkTopupPaidByID(ctx, tx, order.ID, pi.ID, ev.ID)
+	if errors.Is(err, db.ErrDedupeConflict) {
+		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: pi.ID, cause: err}
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	if paid {
+		if err := p.creditOrder(ctx, tx, &out, ev, paidOrder, "auto-recharge "+order.ID, prefetched); err != nil {
+			return outcome{}, err
+		}
+	}
+	// A payment completed after the attempt paused (the customer authenticated) still pays it.
+	if _, _, err := db.ResolveAttempt(ctx, tx, attempt, db.AttemptSucceeded, pi.ID, ""); err != nil {
+		return outcome{}, err
+	}
+	return out, nil
+}
+
+// resolveAttempt fails or pauses the attempt, once: applied when this event did it.
+func resolveAttempt(ctx context.Context, tx db.Tx, attempt db.Attempt, status string, pi paymentIntentObject) (outcome, error) {
+	resolved, _, err := db.ResolveAttempt(ctx, tx, attempt, status, pi.ID, pi.failureCode())
+	if err != nil {
+		return outcome{}, err
+	}
+	if !resolved {
+		return outcome{status: OutcomeRecorded, paymentIntent: pi.ID}, nil
+	}
+	return outcome{status: OutcomeApplied, paymentIntent: pi.ID}, nil
+}
