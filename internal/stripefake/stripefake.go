@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -209,9 +210,10 @@ func (s *Server) paymentIntent(w http.ResponseWriter, form url.Values, idempoten
 	answered, ok := s.byKey[idempotencyKey]
 	if !ok || idempotencyKey == "" {
 		s.paymentIntents = append(s.paymentIntents, form)
+		amount, _ := strconv.ParseInt(form.Get("amount"), 10, 64)
 		answered = mustJSON(map[string]any{
 			"id": fmt.Sprintf("pi_test_%d", len(s.paymentIntents)), "object": "payment_intent", "status": "succeeded",
-			"amount": form.Get("amount"), "currency": form.Get("currency"), "customer": form.Get("customer"),
+			"amount": amount, "currency": form.Get("currency"), "customer": form.Get("customer"),
 			"payment_method": form.Get("payment_method"),
 			"metadata":       map[string]string{"account_id": form.Get("metadata[account_id]"), "topup_id": form.Get("metadata[topup_id]")},
 		})
