@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
@@ -228,5 +229,33 @@ func TestCheckoutSavesTheCard(t *testing.T) {
 	s.deliver(eventJSON("evt_other_pi", "payment_intent.succeeded", apiVersion, pi))
 	if got := s.automation("acct_save"); got.PaymentMethod != "pm_save" {
 		t.Fatalf("payment method %q after another customer's payment", got.PaymentMethod)
+	}
+}
+
+// The card is recorded from the PaymentIntent fetched before the session's transaction when the
+// session completes first, and the credit does not wait for it.
+func TestCheckoutSavesTheCardBeforeItsPaymentEvent(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t)
+	s.createAccount("acct_early", "gbp")
+	s.stripe.SetPaymentIntent("pi_early", "cus_early", "pm_early")
+	session := sessionObject("cs_early", "pi_early", "acct_early", 2000)
+	session["customer"] = "cus_early"
+	if reply := s.deliver(eventJSON("evt_early_cs", "checkout.session.completed", apiVersion, session)); !reply.Credited {
+		t.Fatalf("session not credited: %+v", reply)
+	}
+	if got := s.automation("acct_early"); got.StripeCustomer != "cus_early" || got.PaymentMethod != "pm_early" {
+		t.Fatalf("saved %q / %q, want cus_early / pm_early", got.StripeCustomer, got.PaymentMethod)
+	}
+	// Stripe unavailable: credited all the same, the card left to its payment_intent.succeeded.
+	s.createAccount("acct_down", "gbp")
+	s.stripe.FailWith(http.StatusServiceUnavailable)
+	session = sessionObject("cs_down", "pi_down", "acct_down", 2000)
+	session["customer"] = "cus_down"
+	if reply := s.deliver(eventJSON("evt_down_cs", "checkout.session.completed", apiVersion, session)); !reply.Credited {
+		t.Fatalf("session not credited with Stripe down: %+v", reply)
+	}
+	if got := s.automation("acct_down"); got.StripeCustomer != "cus_down" || got.PaymentMethod != "" {
+		t.Fatalf("saved %q / %q with Stripe down", got.StripeCustomer, got.PaymentMethod)
 	}
 }

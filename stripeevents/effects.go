@@ -45,7 +45,11 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, f fetched) 
 		if err := ev.object(&s); err != nil {
 			return outcome{}, err
 		}
-		return p.topup(ctx, tx, ev, s, f.parked)
+		out, err := p.topup(ctx, tx, ev, s, f.parked)
+		if err != nil {
+			return outcome{}, err
+		}
+		return out, saveSessionCard(ctx, tx, s, f.card)
 
 	case "checkout.session.expired":
 		var s checkoutSession

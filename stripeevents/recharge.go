@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/stripe/stripe-go/v79"
+
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -127,4 +129,50 @@ func resolveAttempt(ctx context.Context, tx db.Tx, attempt db.Attempt, status st
 		return outcome{status: OutcomeRecorded, paymentIntent: pi.ID}, nil
 	}
 	return outcome{status: OutcomeApplied, paymentIntent: pi.ID}, nil
+}
+
+// savedCard is a card saved for off-session use, with the customer it belongs to.
+type savedCard struct {
+	customer, paymentMethod string
+}
+
+// prefetchCard asks Stripe, before the transaction, for the card a completed Checkout Session saved
+// (save_payment_method): the session names the customer, only its PaymentIntent names the card. Best
+// effort: the credit never waits on it, and the payment's payment_intent.succeeded records the card too.
+func (p *Processor) prefetchCard(ctx context.Context, ev event) *savedCard {
+	if ev.Type != "checkout.session.completed" && ev.Type != "checkout.session.async_payment_succeeded" || p.Stripe == nil {
+		return nil
+	}
+	var s checkoutSession
+	if ev.object(&s) != nil || s.Customer.ID == "" || s.PaymentIntent.ID == "" {
+		return nil
+	}
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	pi, err := p.Stripe.PaymentIntents.Get(s.PaymentIntent.ID, params)
+	if err != nil {
+		p.Log.WarnContext(ctx, "saved card not fetched: its payment_intent.succeeded will record it", "event", ev.ID, "err", err)
+		return nil
+	}
+	if pi.SetupFutureUsage != stripe.PaymentIntentSetupFutureUsageOffSession || pi.Customer == nil || pi.PaymentMethod == nil ||
+		checkIDs(pi.Customer.ID, pi.PaymentMethod.ID) != nil {
+		return nil
+	}
+	return &savedCard{customer: pi.Customer.ID, paymentMethod: pi.PaymentMethod.ID}
+}
+
+// saveSessionCard records the card prefetched for a completed session on the account of its order.
+func saveSessionCard(ctx context.Context, tx db.Tx, s checkoutSession, card *savedCard) error {
+	if card == nil {
+		return nil
+	}
+	order, err := db.TopupBySession(ctx, tx, s.ID)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = db.SetPaymentMethod(ctx, tx, order.AccountID, card.customer, card.paymentMethod)
+	return err
 }

@@ -23,6 +23,9 @@ type fetched struct {
 	// payment. One missing (Stripe unavailable, or parked after this look) is re-applied by a job
 	// after the top-up commits.
 	parked map[string]refundLister
+	// card is the card a completed Checkout Session saved (its PaymentIntent's customer and payment
+	// method), when Stripe could tell; nil otherwise (its payment_intent.succeeded records it then).
+	card *savedCard
 }
 
 // prefetch asks Stripe, before the transaction, for what applying ev will need: the payment of a refund
@@ -45,7 +48,7 @@ func (p *Processor) prefetch(ctx context.Context, ev *event) (fetched, error) {
 	if err != nil {
 		return fetched{}, err
 	}
-	return fetched{refunds: refunds, parked: parked}, nil
+	return fetched{refunds: refunds, parked: parked, card: p.prefetchCard(ctx, *ev)}, nil
 }
 
 // resolveCharge finds, through the Stripe API, the payment_intent of a refund or dispute that names only

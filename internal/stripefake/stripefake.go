@@ -1,5 +1,6 @@
 // Package stripefake is a loopback stand-in for the Stripe API endpoints onceledger calls — creating a
-// Checkout Session and a customer (the API's top-ups), creating an off-session PaymentIntent (auto-recharge), listing a charge's refunds (the webhook's charge.refunded),
+// Checkout Session and a customer (the API's top-ups), creating an off-session PaymentIntent (auto-recharge),
+// retrieving a PaymentIntent (the card a session saved), listing a charge's refunds (the webhook's charge.refunded),
 // retrieving a charge (a refund or dispute naming only its charge) and listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
 // The demo, the bench and the tests share it; it is never Stripe, and says so in its errors.
 package stripefake
@@ -40,6 +41,7 @@ type Server struct {
 	calls    int
 	failWith int
 
+	intents        map[string]json.RawMessage // PaymentIntent id → the PaymentIntent retrieved
 	customers      []url.Values
 	paymentIntents []url.Values // every PaymentIntent created, in order
 	intentRequests []string     // the Idempotency-Key of every PaymentIntent request, answered or not
@@ -48,7 +50,10 @@ type Server struct {
 
 // New starts a stand-in; Close stops it.
 func New() *Server {
-	s := &Server{refunds: map[string][]json.RawMessage{}, charges: map[string]json.RawMessage{}, byKey: map[string][]byte{}}
+	s := &Server{
+		refunds: map[string][]json.RawMessage{}, charges: map[string]json.RawMessage{}, byKey: map[string][]byte{},
+		intents: map[string]json.RawMessage{},
+	}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -134,6 +139,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.customer(w, r.PostForm, r.Header.Get("Idempotency-Key"))
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		s.paymentIntent(w, r.PostForm, r.Header.Get("Idempotency-Key"))
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		s.mu.Lock()
+		pi, ok := s.intents[strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/")]
+		s.mu.Unlock()
+		if !ok {
+			writeError(w, http.StatusNotFound, "No such payment_intent")
+			return
+		}
+		_, _ = w.Write(pi)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.Form.Get("charge") != "":
 		s.mu.Lock()
 		refunds := s.refunds[r.Form.Get("charge")]
@@ -225,6 +239,17 @@ func (s *Server) paymentIntent(w http.ResponseWriter, form url.Values, idempoten
 		return
 	}
 	_, _ = w.Write(answered)
+}
+
+// SetPaymentIntent is what retrieving PaymentIntent id answers from now on: a succeeded payment of
+// customer that saved paymentMethod for off-session use (a Checkout Session with save_payment_method).
+func (s *Server) SetPaymentIntent(id, customer, paymentMethod string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.intents[id] = mustJSON(map[string]any{
+		"id": id, "object": "payment_intent", "status": "succeeded", "customer": customer,
+		"payment_method": paymentMethod, "setup_future_usage": "off_session",
+	})
 }
 
 // LoseAnswers makes the next n PaymentIntent requests act and then answer a 500.
