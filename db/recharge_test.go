@@ -127,6 +127,30 @@ func TestRechargeConcurrentDebitsMakeOneAttempt(t *testing.T) {
 	if got := count(t, pool, `SELECT count(*) FROM recharge_attempts WHERE account_id = 'acct_race'`); got != 1 {
 		t.Fatalf("%d attempts, want 1", got)
 	}
+
+	// The same through group commit, the path of hot accounts.
+	rechargeable(t, pool, "acct_group", 1000, 500, 1000)
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	var group sync.WaitGroup
+	groupErrs := make(chan error, 32)
+	for i := range 32 {
+		group.Add(1)
+		go func() {
+			defer group.Done()
+			_, err := poster.Post(context.Background(), db.Posting{AccountID: "acct_group", Kind: db.KindUsage, Amount: -30, DedupeKey: fmt.Sprintf("group:%d", i)})
+			groupErrs <- err
+		}()
+	}
+	group.Wait()
+	close(groupErrs)
+	for err := range groupErrs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM recharge_attempts WHERE account_id = 'acct_group'`); got != 1 {
+		t.Fatalf("%d attempts through group commit, want 1", got)
+	}
 }
 
 // A capture releases held and posts its usage in two statements: judged at commit by its net effect,
