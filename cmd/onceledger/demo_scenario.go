@@ -153,7 +153,82 @@ func (d *demoRun) run(ctx context.Context) error {
 	if err := d.awaitBilling(ctx, 700-60); err != nil {
 		return err
 	}
-	return d.hold(ctx, 640)
+	if err := d.hold(ctx, 640); err != nil {
+		return err
+	}
+	if d.stripe == nil {
+		return nil // auto-recharge charges the server's Stripe, which is not ours to answer
+	}
+	return d.recharge(ctx, 603)
+}
+
+// recharge saves a card with a top-up, opts in to auto-recharge, and bills a decision that takes the
+// balance below the threshold: the server charges the card off-session by itself, once, and the
+// credit comes with Stripe's payment_intent.succeeded, once however often it is delivered.
+func (d *demoRun) recharge(ctx context.Context, balance int64) error {
+	card := d.name("pm_demo_card")
+	d.title("Top-up C saves the card for later (POST …/topups with save_payment_method: a Stripe customer, setup_future_usage=off_session)")
+	body, err := d.api(ctx, http.MethodPost, "/v1/accounts/"+d.account+"/topups",
+		`{"amount":500,"success_url":"https://example.com/paid","save_payment_method":true}`, "")
+	if err != nil {
+		return err
+	}
+	var created struct {
+		Topup struct {
+			ID        string `json:"id"`
+			SessionID string `json:"session_id"`
+		} `json:"topup"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || created.Topup.SessionID == "" {
+		return fmt.Errorf("demo: top-up C was not created: %s", body)
+	}
+	customer := fmt.Sprintf("cus_test_%d", len(d.stripe.Customers()))
+	intent := d.name("pi_demo_C")
+	d.stripe.SetPaymentIntent(intent, customer, card)
+	d.title("Top-up C is paid: the server records the customer and, from the payment, the card")
+	if err := d.webhook(ctx, d.event("evt_demo_paid_C", "checkout.session.completed", demoAPIVersion, map[string]any{
+		"id": created.Topup.SessionID, "object": "checkout.session", "mode": "payment", "status": "complete",
+		"payment_status": "paid", "amount_total": 500, "currency": "usd", "payment_intent": intent, "customer": customer,
+		"metadata": map[string]string{"account_id": d.account, "topup_id": created.Topup.ID},
+	}), balance+500); err != nil {
+		return err
+	}
+	d.title("Opt in: below 1000 available, buy 2000 (PUT …/recharge)")
+	if _, err := d.api(ctx, http.MethodPut, "/v1/accounts/"+d.account+"/recharge", `{"threshold":1000,"amount":2000,"enabled":true}`, ""); err != nil {
+		return err
+	}
+	d.title("A decision costing 200 is billed: available 903 < 1000, so its transaction records one recharge attempt")
+	if _, err := d.api(ctx, http.MethodPost, "/v1/decisions", fmt.Sprintf(`[{"id":%q,"account_id":%q,"cost":200}]`, d.name("dec_demo_4"), d.account), ""); err != nil {
+		return err
+	}
+	if err := d.awaitBilling(ctx, balance+300); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(d.billingWait + 10*time.Second)
+	for len(d.stripe.PaymentIntents()) == 0 {
+		if time.Now().After(deadline) {
+			return errors.New("demo: the server created no PaymentIntent for the recharge attempt")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	form := d.stripe.PaymentIntents()[0]
+	fmt.Fprintf(d.out, "   the server created an off-session PaymentIntent of %s %s on %s (Idempotency-Key %s)\n",
+		form.Get("amount"), form.Get("currency"), form.Get("payment_method"), d.stripe.PaymentIntentKeys()[0])
+	paid := d.event("evt_demo_recharged", "payment_intent.succeeded", demoAPIVersion, map[string]any{
+		"id": "pi_test_1", "object": "payment_intent", "status": "succeeded", "amount": 2000, "currency": "usd",
+		"customer": customer, "payment_method": card, "off_session": true,
+		"metadata": map[string]string{"account_id": form.Get("metadata[account_id]"), "topup_id": form.Get("metadata[topup_id]")},
+	})
+	d.title("Stripe says the recharge succeeded (payment_intent.succeeded): credited through the top-up's guard")
+	if err := d.webhook(ctx, paid, balance+2300); err != nil {
+		return err
+	}
+	d.title("Stripe redelivers it: a replay moves nothing")
+	return d.webhook(ctx, paid, balance+2300)
 }
 
 // hold authorises 40 before the work, captures the 37 it cost, and replays the capture: the balance
