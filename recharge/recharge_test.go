@@ -2,6 +2,7 @@ package recharge_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -209,5 +210,84 @@ func TestRechargeRunsThroughRiver(t *testing.T) {
 	}
 	if keys := fake.PaymentIntentKeys(); len(keys) != 1 || keys[0] != recharge.IdempotencyKey(a.ID) {
 		t.Fatalf("Idempotency-Keys %v", keys)
+	}
+}
+
+// Each resolution of an attempt becomes its notification once: recharge.failed for every failure,
+// recharge.disabled for the third in a row, recharge.action_required for a paused attempt.
+func TestSweeperNotifiesEachOutcomeOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	a := lowAccount(t, pool, "acct_outcomes")
+	charger, err := recharge.NewCharger(pool, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifier, err := notify.New(pool, notify.Config{URL: "http://127.0.0.1:1/unused", Secret: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier}
+	resolve := func(a db.Attempt, status string) {
+		t.Helper()
+		err := db.InTx(ctx, pool, func(tx db.Tx) error {
+			_, _, err := db.ResolveAttempt(ctx, tx, a, status, "pi_x", "card_declined")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three episodes, three failures: credit back above the threshold, then spend below again.
+	for i := range 3 {
+		resolve(a, db.AttemptFailed)
+		if i == 2 {
+			break
+		}
+		for _, amount := range []int64{950, -950} {
+			err := db.InTx(ctx, pool, func(tx db.Tx) error {
+				_, err := (db.Ledger{}).Post(ctx, tx, db.Posting{
+					AccountID: a.AccountID, Kind: db.KindAdjustment, Amount: amount, DedupeKey: fmt.Sprintf("move:%d:%d", i, amount),
+				})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		attempts, err := db.Attempts(ctx, pool, a.AccountID, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = attempts[0]
+	}
+	for range 2 {
+		if _, err := sweeper.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(typ string) int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'account_event_notification' AND args->>'type' = $1`, typ).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := count(notify.TypeRechargeFailed); got != 3 {
+		t.Fatalf("%d recharge.failed, want 3", got)
+	}
+	if got := count(notify.TypeRechargeDisabled); got != 1 {
+		t.Fatalf("%d recharge.disabled, want 1", got)
+	}
+
+	// A paused attempt on another account.
+	b := lowAccount(t, pool, "acct_paused")
+	resolve(b, db.AttemptActionRequired)
+	if _, err := sweeper.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(notify.TypeRechargeActionRequired); got != 1 {
+		t.Fatalf("%d recharge.action_required, want 1", got)
 	}
 }
