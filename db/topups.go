@@ -117,7 +117,7 @@ func TopupByPaymentIntent(ctx context.Context, q Conn, paymentIntent string) (To
 // Session the webhook learns about first. Does nothing when the session already has an order
 // (topups_session_id_key).
 func InsertTopupForSession(ctx context.Context, q Conn, t Topup) error {
-	err := dbsqlc.New(q).TopupsInsertForSession(ctx, dbsqlc.TopupsInsertForSessionParams{
+	err := insertTopupForSession(ctx, q, dbsqlc.TopupsInsertForSessionParams{
 		ID: t.ID, AccountID: t.AccountID, SessionID: &t.SessionID, Amount: t.Amount, Currency: t.Currency,
 	})
 	if err != nil {
