@@ -18,7 +18,7 @@ DEV_API_KEY        := dev_key_local_only
 RUN_ADDR           := $(or $(ADDR),127.0.0.1:8080)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test verify generate lint bench demo clean chromium screenshots citus citus-build citus-down test-citus
+.PHONY: help build run test verify generate lint bench demo clean chromium screenshots citus citus-build citus-down test-citus bench-citus
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -79,6 +79,11 @@ citus: build citus-build ## start a local Citus cluster (a coordinator and two w
 	echo "  serve:    DATABASE_URL='$$url' make run" && \
 	echo "  shards:   psql '$$url' -c 'SELECT table_name, shardid, nodeport FROM citus_shards ORDER BY 1, 2'" && \
 	echo "  stop:     make citus-down"
+
+# On one machine the cluster shows what coordination costs (two-phase commits, a claim on another shard),
+# not what more machines would gain.
+bench-citus: build citus-build ## the webhook and billing rows of make bench on a local Citus cluster; QUICK=1 for a smoke run
+	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) -citus -only webhook,billing $(if $(QUICK),-quick)
 
 citus-down: ## stop the local Citus cluster
 	go run ./cmd/citus-cluster down

@@ -223,3 +223,17 @@ func unbillableAccounts(ctx context.Context, q Conn, afterSeq, uptoSeq int64) ([
 	}
 	return out, err
 }
+
+// decisionsBillingLag is DecisionsBillingLag, on Citus through its colocated variant.
+func decisionsBillingLag(ctx context.Context, q Conn, window int32) (dbsqlc.DecisionsBillingLagRow, error) {
+	queries := dbsqlc.New(q)
+	citus, err := onCitus(ctx, q)
+	if err != nil || !citus {
+		if err != nil {
+			return dbsqlc.DecisionsBillingLagRow{}, err
+		}
+		return queries.DecisionsBillingLag(ctx, window)
+	}
+	r, err := queries.CitusDecisionsBillingLag(ctx, window)
+	return dbsqlc.DecisionsBillingLagRow(r), err
+}

@@ -273,6 +273,9 @@ func TestCitusRacingReconcilersBillEachDecisionOnce(t *testing.T) {
 		SELECT 'dec_bill_' || g, 'acct_bill_' || (g % 50 + 1), g % 7 + 1 FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
+	if lag, err := db.MeasureBillingLag(ctx, pool, 1000); err != nil || lag.Unbilled != 1000 {
+		t.Fatalf("billing lag before billing: %+v %v, want 1000 unbilled", lag, err)
+	}
 	reconcilers := []*reconcile.Reconciler{
 		reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{ChunkSize: 2000}),
 		reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{ChunkSize: 3000}),
@@ -309,6 +312,9 @@ func TestCitusRacingReconcilersBillEachDecisionOnce(t *testing.T) {
 	}
 	if matched != 20000 || usage != 20000 || wrong != 0 {
 		t.Fatalf("billed as expected %d, usage entries %d, wrong balances %d", matched, usage, wrong)
+	}
+	if lag, err := db.MeasureBillingLag(ctx, pool, 1000); err != nil || lag.Unbilled != 0 {
+		t.Fatalf("billing lag after billing: %+v %v, want none", lag, err)
 	}
 	// Re-reading posts nothing.
 	again, err := reconcilers[0].Bill(ctx, 0)

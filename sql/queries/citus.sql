@@ -134,3 +134,19 @@ WHERE d.seq > @after_seq::bigint
 GROUP BY d.account_id, a.balance
 HAVING least(-sum(d.cost::numeric), a.balance - sum(d.cost::numeric)) < -9223372036854775808
 ORDER BY d.account_id;
+
+-- name: CitusDecisionsBillingLag :one
+-- DecisionsBillingLag on Citus: the latest decisions are found first (a subquery with a limit, planned on
+-- its own), then probed on their own shards (colocated joins on the account).
+WITH latest AS (
+    SELECT id, account_id
+    FROM decisions
+    ORDER BY seq DESC
+    LIMIT @recent::int
+)
+SELECT count(*)::bigint AS unbilled,
+       coalesce(extract(epoch FROM now() - min(d.received_at)), 0)::float8 AS lag_seconds
+FROM decisions d
+JOIN latest ON latest.account_id = d.account_id AND latest.id = d.id
+JOIN accounts a ON a.id = d.account_id
+WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.account_id = d.account_id AND l.dedupe_key = 'decision:' || d.id);

@@ -53,6 +53,35 @@ func (q *Queries) CitusAccountsLockOne(ctx context.Context, id string) (string, 
 	return id_2, err
 }
 
+const citusDecisionsBillingLag = `-- name: CitusDecisionsBillingLag :one
+WITH latest AS (
+    SELECT id, account_id
+    FROM decisions
+    ORDER BY seq DESC
+    LIMIT $1::int
+)
+SELECT count(*)::bigint AS unbilled,
+       coalesce(extract(epoch FROM now() - min(d.received_at)), 0)::float8 AS lag_seconds
+FROM decisions d
+JOIN latest ON latest.account_id = d.account_id AND latest.id = d.id
+JOIN accounts a ON a.id = d.account_id
+WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.account_id = d.account_id AND l.dedupe_key = 'decision:' || d.id)
+`
+
+type CitusDecisionsBillingLagRow struct {
+	Unbilled   int64
+	LagSeconds float64
+}
+
+// DecisionsBillingLag on Citus: the latest decisions are found first (a subquery with a limit, planned on
+// its own), then probed on their own shards (colocated joins on the account).
+func (q *Queries) CitusDecisionsBillingLag(ctx context.Context, recent int32) (CitusDecisionsBillingLagRow, error) {
+	row := q.db.QueryRow(ctx, citusDecisionsBillingLag, recent)
+	var i CitusDecisionsBillingLagRow
+	err := row.Scan(&i.Unbilled, &i.LagSeconds)
+	return i, err
+}
+
 const citusDecisionsUnbillableAccounts = `-- name: CitusDecisionsUnbillableAccounts :many
 SELECT d.account_id, count(*)::bigint AS decisions, sum(d.cost::numeric)::text AS total_cost,
        min(d.seq)::bigint AS first_seq
