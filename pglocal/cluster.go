@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -37,7 +38,7 @@ func StartCluster(ctx context.Context, dataDir string, log *slog.Logger) (*Clust
 	if err := CitusInstalled(); err != nil {
 		return nil, err
 	}
-	dataDir, err := filepath.Abs(dataDir)
+	dataDir, err := clusterDataDir(dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +68,7 @@ func StartCluster(ctx context.Context, dataDir string, log *slog.Logger) (*Clust
 
 // StopCluster stops the nodes StartCluster started.
 func StopCluster(ctx context.Context, dataDir string) error {
-	dataDir, err := filepath.Abs(dataDir)
+	dataDir, err := clusterDataDir(dataDir)
 	if err != nil {
 		return err
 	}
@@ -78,6 +79,23 @@ func StopCluster(ctx context.Context, dataDir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// clusterDataDir is dataDir made absolute, unless (as root) a folder above it keeps other users out: the
+// nodes then live in a folder of the temporary directory named after it, where their user can reach them.
+func clusterDataDir(dataDir string) (string, error) {
+	dataDir, err := filepath.Abs(dataDir)
+	if err != nil || os.Geteuid() != 0 {
+		return dataDir, err
+	}
+	for dir := filepath.Dir(dataDir); ; dir = filepath.Dir(dir) {
+		if info, err := os.Stat(dir); err == nil && info.Mode().Perm()&0o001 == 0 {
+			return filepath.Join(os.TempDir(), "onceledger-"+strings.ReplaceAll(strings.Trim(dataDir, "/"), "/", "-")), nil
+		}
+		if dir == filepath.Dir(dir) {
+			return dataDir, nil
+		}
+	}
 }
 
 func clusterNodeDirs(dataDir string) []string {
