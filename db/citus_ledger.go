@@ -109,29 +109,34 @@ func unbilledByAccount(ctx context.Context, tx Tx, afterSeq, uptoSeq int64) ([]d
 	return out, err
 }
 
-// insertUsageCitus is LedgerUsageInsertForDecisions on Citus, one locked account at a time (each a
-// statement on its shard, whose ledger_chain numbers entries one by one in seq order): claim the
-// account's decision keys of the chunk, then bill the decisions whose keys this transaction claimed.
+// insertUsageCitus is LedgerUsageInsertForDecisions on Citus: the chunk's decision keys of the locked
+// accounts claimed in one statement, then each account's claimed decisions billed in one statement on its
+// shard, whose ledger_chain numbers the entries one by one in seq order.
 func insertUsageCitus(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string) ([]dbsqlc.LedgerUsageInsertForDecisionsRow, error) {
 	q := dbsqlc.New(tx)
+	claims, err := q.CitusDedupeClaimsForDecisions(ctx, dbsqlc.CitusDedupeClaimsForDecisionsParams{
+		AccountIDs: locked, AfterSeq: afterSeq, UptoSeq: uptoSeq,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim decision keys after seq %d: %w", afterSeq, MapError(err))
+	}
+	claimed := map[string][]string{}
+	for _, c := range claims {
+		claimed[c.AccountID] = append(claimed[c.AccountID], c.DedupeKey)
+	}
 	var out []dbsqlc.LedgerUsageInsertForDecisionsRow
 	for _, account := range locked {
-		claimed, err := q.CitusDedupeClaimsForDecisions(ctx, dbsqlc.CitusDedupeClaimsForDecisionsParams{
-			AccountID: account, AfterSeq: afterSeq, UptoSeq: uptoSeq,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("claim decision keys of %s: %w", account, MapError(err))
-		}
-		if len(claimed) == 0 {
+		keys := claimed[account]
+		if len(keys) == 0 {
 			continue
 		}
 		rows, err := q.CitusLedgerUsageInsertForAccount(ctx, dbsqlc.CitusLedgerUsageInsertForAccountParams{
-			AccountID: account, AfterSeq: afterSeq, UptoSeq: uptoSeq, Claimed: claimed,
+			AccountID: account, AfterSeq: afterSeq, UptoSeq: uptoSeq, Claimed: keys,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("bill decisions of %s: %w", account, MapError(err))
 		}
-		if len(rows) != len(claimed) {
+		if len(rows) != len(keys) {
 			return nil, errors.New("billing inserted another number of entries than the keys it claimed")
 		}
 		for _, r := range rows {
@@ -236,4 +241,24 @@ func decisionsBillingLag(ctx context.Context, q Conn, window int32) (dbsqlc.Deci
 	}
 	r, err := queries.CitusDecisionsBillingLag(ctx, window)
 	return dbsqlc.DecisionsBillingLagRow(r), err
+}
+
+// markTopupPaid is TopupsMarkPaid; on Citus the order's account is read first, so that the conditional
+// UPDATE runs on its one shard.
+func markTopupPaid(ctx context.Context, q Conn, arg dbsqlc.TopupsMarkPaidParams) (dbsqlc.Topup, error) {
+	queries := dbsqlc.New(q)
+	citus, err := onCitus(ctx, q)
+	if err != nil || !citus {
+		if err != nil {
+			return dbsqlc.Topup{}, err
+		}
+		return queries.TopupsMarkPaid(ctx, arg)
+	}
+	account, err := queries.CitusTopupsAccountOfSession(ctx, arg.SessionID)
+	if err != nil {
+		return dbsqlc.Topup{}, err
+	}
+	return queries.CitusTopupsMarkPaid(ctx, dbsqlc.CitusTopupsMarkPaidParams{
+		PaymentIntent: arg.PaymentIntent, PaidEventID: arg.PaidEventID, AccountID: account, SessionID: arg.SessionID,
+	})
 }

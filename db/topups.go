@@ -131,7 +131,7 @@ func InsertTopupForSession(ctx context.Context, q Conn, t Topup) error {
 // session has no order or it was paid before. ErrDedupeConflict when the payment already paid another
 // order (topups_payment_intent_key).
 func MarkTopupPaid(ctx context.Context, q Conn, sessionID, paymentIntent, eventID string) (order Topup, paid bool, err error) {
-	r, err := dbsqlc.New(q).TopupsMarkPaid(ctx, dbsqlc.TopupsMarkPaidParams{
+	r, err := markTopupPaid(ctx, q, dbsqlc.TopupsMarkPaidParams{
 		SessionID: &sessionID, PaymentIntent: nullable(paymentIntent), PaidEventID: &eventID,
 	})
 	if isNoRows(err) {

@@ -55,17 +55,17 @@ GROUP BY d.account_id
 ORDER BY d.account_id;
 
 -- name: CitusDedupeClaimsForDecisions :many
--- Claims decision:{id} for each decision of one locked account in the chunk (after_seq, upto_seq]; the keys
--- returned are the decisions to bill now, the others were billed before (or their id was billed for
--- another account, and is never billed twice).
+-- Claims decision:{id} for each decision of the chunk (after_seq, upto_seq] of the locked accounts
+-- (account_ids), in one statement; the keys returned, with their accounts, are the decisions to bill now,
+-- the others were billed before (or their id was billed for another account, and is never billed twice).
 INSERT INTO dedupe_claims (dedupe_key, account_id)
 SELECT 'decision:' || d.id, d.account_id
 FROM decisions d
-WHERE d.account_id = @account_id
+WHERE d.account_id = ANY(@account_ids::text[])
   AND d.seq > @after_seq::bigint
   AND d.seq <= @upto_seq::bigint
 ON CONFLICT (dedupe_key) DO NOTHING
-RETURNING dedupe_key;
+RETURNING dedupe_key, account_id;
 
 -- name: CitusLedgerUsageInsertForAccount :many
 -- Bills one locked account's claimed decisions of the chunk in one statement on its shard: usage entries
@@ -150,3 +150,23 @@ FROM decisions d
 JOIN latest ON latest.account_id = d.account_id AND latest.id = d.id
 JOIN accounts a ON a.id = d.account_id
 WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.account_id = d.account_id AND l.dedupe_key = 'decision:' || d.id);
+
+-- name: CitusTopupsAccountOfSession :one
+-- The account of a session's order, read across shards without locking (a multi-shard UPDATE would lock
+-- every shard of topups and queue every other one behind it). Returns no row when the session has no order.
+SELECT account_id
+FROM topups
+WHERE session_id = @session_id
+ORDER BY account_id
+LIMIT 1;
+
+-- name: CitusTopupsMarkPaid :one
+-- TopupsMarkPaid on the order's own shard (CitusTopupsAccountOfSession names it): the pending -> paid
+-- transition, at most once per order, by the same conditional UPDATE.
+UPDATE topups
+SET status = 'paid', payment_intent = sqlc.narg(payment_intent), paid_event_id = @paid_event_id, paid_at = now()
+WHERE account_id = @account_id
+  AND session_id = @session_id
+  AND status = 'pending'
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint;

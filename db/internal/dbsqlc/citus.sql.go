@@ -180,35 +180,40 @@ const citusDedupeClaimsForDecisions = `-- name: CitusDedupeClaimsForDecisions :m
 INSERT INTO dedupe_claims (dedupe_key, account_id)
 SELECT 'decision:' || d.id, d.account_id
 FROM decisions d
-WHERE d.account_id = $1
+WHERE d.account_id = ANY($1::text[])
   AND d.seq > $2::bigint
   AND d.seq <= $3::bigint
 ON CONFLICT (dedupe_key) DO NOTHING
-RETURNING dedupe_key
+RETURNING dedupe_key, account_id
 `
 
 type CitusDedupeClaimsForDecisionsParams struct {
-	AccountID string
-	AfterSeq  int64
-	UptoSeq   int64
+	AccountIDs []string
+	AfterSeq   int64
+	UptoSeq    int64
 }
 
-// Claims decision:{id} for each decision of one locked account in the chunk (after_seq, upto_seq]; the keys
-// returned are the decisions to bill now, the others were billed before (or their id was billed for
-// another account, and is never billed twice).
-func (q *Queries) CitusDedupeClaimsForDecisions(ctx context.Context, arg CitusDedupeClaimsForDecisionsParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, citusDedupeClaimsForDecisions, arg.AccountID, arg.AfterSeq, arg.UptoSeq)
+type CitusDedupeClaimsForDecisionsRow struct {
+	DedupeKey string
+	AccountID string
+}
+
+// Claims decision:{id} for each decision of the chunk (after_seq, upto_seq] of the locked accounts
+// (account_ids), in one statement; the keys returned, with their accounts, are the decisions to bill now,
+// the others were billed before (or their id was billed for another account, and is never billed twice).
+func (q *Queries) CitusDedupeClaimsForDecisions(ctx context.Context, arg CitusDedupeClaimsForDecisionsParams) ([]CitusDedupeClaimsForDecisionsRow, error) {
+	rows, err := q.db.Query(ctx, citusDedupeClaimsForDecisions, arg.AccountIDs, arg.AfterSeq, arg.UptoSeq)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []string{}
+	items := []CitusDedupeClaimsForDecisionsRow{}
 	for rows.Next() {
-		var dedupe_key string
-		if err := rows.Scan(&dedupe_key); err != nil {
+		var i CitusDedupeClaimsForDecisionsRow
+		if err := rows.Scan(&i.DedupeKey, &i.AccountID); err != nil {
 			return nil, err
 		}
-		items = append(items, dedupe_key)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -459,6 +464,23 @@ func (q *Queries) CitusStripeEventsParkedIDsForPayment(ctx context.Context, paym
 	return items, nil
 }
 
+const citusTopupsAccountOfSession = `-- name: CitusTopupsAccountOfSession :one
+SELECT account_id
+FROM topups
+WHERE session_id = $1
+ORDER BY account_id
+LIMIT 1
+`
+
+// The account of a session's order, read across shards without locking (a multi-shard UPDATE would lock
+// every shard of topups and queue every other one behind it). Returns no row when the session has no order.
+func (q *Queries) CitusTopupsAccountOfSession(ctx context.Context, sessionID *string) (string, error) {
+	row := q.db.QueryRow(ctx, citusTopupsAccountOfSession, sessionID)
+	var account_id string
+	err := row.Scan(&account_id)
+	return account_id, err
+}
+
 const citusTopupsInsertForSession = `-- name: CitusTopupsInsertForSession :exec
 INSERT INTO topups (id, account_id, session_id, amount, currency)
 VALUES ($1, $2, $3, $4, $5)
@@ -484,4 +506,49 @@ func (q *Queries) CitusTopupsInsertForSession(ctx context.Context, arg CitusTopu
 		arg.Currency,
 	)
 	return err
+}
+
+const citusTopupsMarkPaid = `-- name: CitusTopupsMarkPaid :one
+UPDATE topups
+SET status = 'paid', payment_intent = $1, paid_event_id = $2, paid_at = now()
+WHERE account_id = $3
+  AND session_id = $4
+  AND status = 'pending'
+RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+          idempotency_key, request_fingerprint
+`
+
+type CitusTopupsMarkPaidParams struct {
+	PaymentIntent *string
+	PaidEventID   *string
+	AccountID     string
+	SessionID     *string
+}
+
+// TopupsMarkPaid on the order's own shard (CitusTopupsAccountOfSession names it): the pending -> paid
+// transition, at most once per order, by the same conditional UPDATE.
+func (q *Queries) CitusTopupsMarkPaid(ctx context.Context, arg CitusTopupsMarkPaidParams) (Topup, error) {
+	row := q.db.QueryRow(ctx, citusTopupsMarkPaid,
+		arg.PaymentIntent,
+		arg.PaidEventID,
+		arg.AccountID,
+		arg.SessionID,
+	)
+	var i Topup
+	err := row.Scan(
+		&i.ID,
+		&i.AccountID,
+		&i.SessionID,
+		&i.PaymentIntent,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.CheckoutURL,
+		&i.PaidEventID,
+		&i.CreatedAt,
+		&i.PaidAt,
+		&i.IdempotencyKey,
+		&i.RequestFingerprint,
+	)
+	return i, err
 }
