@@ -3,9 +3,11 @@ package db
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/onceledger/onceledger/sql/citus"
 )
@@ -122,4 +124,32 @@ func onCitus(ctx context.Context, q Conn) (bool, error) {
 		poolsOnCitus.Store(pool, distributed)
 	}
 	return distributed, nil
+}
+
+var (
+	// citusDetail is the detail our trigger functions add on Citus (sql/citus/prepare.sql).
+	citusDetail = regexp.MustCompile(`^constraint (\w+) on table (\w+)$`)
+	// citusViolation finds the constraint in PostgreSQL's own message for a check, foreign-key or unique
+	// violation, its name carrying the shard's suffix when Citus created it per shard.
+	citusViolation = regexp.MustCompile(`violates (?:check|foreign key|unique) constraint "(\w+?)(?:_\d+)?"$`)
+)
+
+// constraintOf is the (table, constraint) a violation names. Citus relays an error raised on a shard
+// without those two fields; the constraint is then read from the detail our triggers set, or from
+// PostgreSQL's message, and the table is the one constraintErrors knows it on.
+func constraintOf(pgErr *pgconn.PgError) [2]string {
+	if pgErr.ConstraintName != "" {
+		return [2]string{pgErr.TableName, pgErr.ConstraintName}
+	}
+	if m := citusDetail.FindStringSubmatch(pgErr.Detail); m != nil {
+		return [2]string{m[2], m[1]}
+	}
+	if m := citusViolation.FindStringSubmatch(pgErr.Message); m != nil {
+		for key := range constraintErrors {
+			if key[1] == m[1] {
+				return key
+			}
+		}
+	}
+	return [2]string{}
 }

@@ -448,3 +448,54 @@ func TestCitusPosterOnOneAccount(t *testing.T) {
 		t.Fatalf("grants: %d posted + %d replays, want 96 deliveries", posted, replays)
 	}
 }
+
+// The rules the database holds on the shards: an entry that does not continue its account's chain is
+// refused as ledger_chain (ErrChainBroken), an entry is never changed (ledger_append_only, ErrAppendOnly),
+// and a refused entry moves nothing.
+func TestCitusChainAndAppendOnlyHoldOnShards(t *testing.T) {
+	ctx := context.Background()
+	createAccount(t, "acct_rules", 0)
+	insert := func(seq, balanceAfter int64) error {
+		_, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after)
+		                          VALUES ('acct_rules', 'grant', 10, $1, $2)`, seq, balanceAfter)
+		return db.MapError(err)
+	}
+	if err := insert(1, 10); err != nil {
+		t.Fatalf("first entry of the chain: %v", err)
+	}
+	// A repeated position is refused by ledger_account_seq_key, as on plain PostgreSQL.
+	if err := insert(1, 20); err == nil {
+		t.Error("a second entry at seq 1 was accepted")
+	}
+	for _, bad := range [][2]int64{{3, 20}, {2, 25}} {
+		if err := insert(bad[0], bad[1]); !errors.Is(err, db.ErrChainBroken) {
+			t.Errorf("entry seq %d balance_after %d: %v, want ErrChainBroken", bad[0], bad[1], err)
+		}
+	}
+	if err := insert(2, 20); err != nil {
+		t.Fatalf("entry continuing the chain: %v", err)
+	}
+	// Constraints checked on the shards keep their meaning too.
+	if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after)
+	                             VALUES ('acct_rules', 'grant', -10, 3, 10)`); !errors.Is(db.MapError(err), db.ErrInvalidAmount) {
+		t.Errorf("a negative grant: %v, want ErrInvalidAmount", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO ledger (account_id, kind, amount, seq, balance_after)
+	                             VALUES ('acct_rules_missing', 'grant', 10, 1, 10)`); !errors.Is(db.MapError(err), db.ErrAccountNotFound) {
+		t.Errorf("an entry of a missing account: %v, want ErrAccountNotFound", err)
+	}
+	if balance, _ := balanceOf(t, "acct_rules"); balance != 20 {
+		t.Fatalf("balance %d, want 20: refused entries moved it", balance)
+	}
+	for _, change := range []string{
+		`UPDATE ledger SET amount = 11 WHERE account_id = 'acct_rules'`,
+		`DELETE FROM ledger WHERE account_id = 'acct_rules'`,
+	} {
+		if _, err := pool.Exec(ctx, change); !errors.Is(db.MapError(err), db.ErrAppendOnly) {
+			t.Errorf("%s: %v, want ErrAppendOnly", change, err)
+		}
+	}
+}
+
+// Credit lots (migration 000009) add their tables to accountTables in db/citus.go and their test here:
+// lots drawn in order under concurrent usage, on the cluster, then verify.

@@ -24,8 +24,9 @@
 -- exactly (seq = last_seq + 1, balance_after = balance + amount), and it moves the account row, which is
 -- on the same node (colocated), in the same local transaction.
 
--- The append-only refusal names the logical table, not the shard the trigger runs on, so that the
--- application recognises it (db.MapError) as on plain PostgreSQL.
+-- The append-only refusal names the logical table, not the shard the trigger runs on, and says so in its
+-- detail too (the one field Citus relays from a shard), so that the application recognises it
+-- (db.MapError) as on plain PostgreSQL.
 CREATE OR REPLACE FUNCTION ledger_refuse_change() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -34,6 +35,8 @@ BEGIN
         USING ERRCODE = 'restrict_violation',
               CONSTRAINT = 'ledger_append_only',
               TABLE = 'ledger',
+              -- Citus relays a shard's error without its constraint and table fields, but with its detail.
+              DETAIL = 'constraint ledger_append_only on table ledger',
               HINT = 'Post a compensating entry instead.';
 END;
 $$;
@@ -63,6 +66,7 @@ BEGIN
             USING ERRCODE = 'check_violation',
                   CONSTRAINT = 'ledger_chain',
                   TABLE = 'ledger',
+                  DETAIL = 'constraint ledger_chain on table ledger',
                   HINT = 'seq must run from accounts.last_seq + 1 without holes, and balance_after from '
                          'accounts.balance by each amount; lock the account row before inserting.';
     END IF;
