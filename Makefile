@@ -18,7 +18,7 @@ DEV_API_KEY        := dev_key_local_only
 RUN_ADDR           := $(or $(ADDR),127.0.0.1:8080)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test verify generate lint bench demo clean chromium screenshots
+.PHONY: help build run test verify generate lint bench demo clean chromium screenshots citus citus-build citus-down test-citus bench-citus
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,9 +58,38 @@ screenshots: chromium ## retake the console's screenshots into docs/console/ (th
 verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body and JSON decoding
 	$(SQLC) diff
 	go vet ./...
+	go vet -tags citus ./scaleout
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
 	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
 	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
+
+# Scale-out (SPEC §15): Citus 13.2.2 from the source kept beside the repository, built into the machine's
+# PostgreSQL once; the cluster is three private servers under .data/citus on 127.0.0.1:55440-55442.
+CITUS_BUILD := $(CURDIR)/../shared/vendor/citus/build.sh
+
+citus-build: ## build and install Citus into the machine's PostgreSQL when it is missing (as root; about 90 s)
+	@test -f "$(CITUS_BUILD)" || { echo "no $(CITUS_BUILD): Citus cannot be built here"; exit 1; }
+	@bash "$(CITUS_BUILD)"
+
+citus: build citus-build ## start a local Citus cluster (a coordinator and two workers) and migrate onceledger on it
+	@url=$$(go run ./cmd/citus-cluster up) && \
+	DATABASE_URL="$$url" $(ONCELEDGER) migrate up && \
+	echo "" && \
+	echo "onceledger is migrated and distributed on the coordinator: $$url" && \
+	echo "  serve:    DATABASE_URL='$$url' make run" && \
+	echo "  shards:   psql '$$url' -c 'SELECT table_name, shardid, nodeport FROM citus_shards ORDER BY 1, 2'" && \
+	echo "  stop:     make citus-down"
+
+# On one machine the cluster shows what coordination costs (two-phase commits, a claim on another shard),
+# not what more machines would gain.
+bench-citus: build citus-build ## the webhook and billing rows of make bench on a local Citus cluster; QUICK=1 for a smoke run
+	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) -citus -only webhook,billing $(if $(QUICK),-quick)
+
+citus-down: ## stop the local Citus cluster
+	go run ./cmd/citus-cluster down
+
+test-citus: $(GOTESTSUM) citus-build ## the exactly-once suite against a local Citus cluster, then verify (fails, never skips, without Citus)
+	$(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -race -count=1 -timeout 20m ./scaleout
 
 # BenchmarkBilling and BenchmarkBillingHolds are in the table already (onceledger-bench runs them); the rest run after it.
 bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run

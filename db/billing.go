@@ -65,7 +65,7 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 			return MapError(err)
 		}
 		out.UptoSeq, out.Read = end.UptoSeq, end.Decisions
-		unbilled, err := q.DecisionsUnbilledByAccount(ctx, dbsqlc.DecisionsUnbilledByAccountParams{AfterSeq: afterSeq, UptoSeq: out.UptoSeq})
+		unbilled, err := unbilledByAccount(ctx, tx, afterSeq, out.UptoSeq)
 		if err != nil || len(unbilled) == 0 {
 			// Everything in the chunk was billed before: a re-read, and nothing to write.
 			return MapError(err)
@@ -74,7 +74,7 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 		for i, u := range unbilled {
 			ids[i] = u.AccountID
 		}
-		locked, err := q.AccountsLockForBilling(ctx, ids)
+		locked, err := lockForBilling(ctx, tx, ids)
 		if err != nil {
 			return MapError(err)
 		}
@@ -137,6 +137,12 @@ func insertUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []s
 	if len(locked) == 0 {
 		return nil, nil
 	}
+	if citus, err := onCitus(ctx, tx); err != nil || citus {
+		if err != nil {
+			return nil, err
+		}
+		return insertUsageCitus(ctx, tx, afterSeq, uptoSeq, locked)
+	}
 	var rows []dbsqlc.LedgerUsageInsertForDecisionsRow
 	err := InTx(ctx, tx, func(sp Tx) error {
 		var err error
@@ -161,7 +167,7 @@ type Unbillable struct {
 // cannot be billed without leaving a bigint (DecisionsUnbillableAccounts). Billing leaves them out so
 // that the other accounts are billed; verify reports them.
 func UnbillableAccounts(ctx context.Context, q Conn, afterSeq, uptoSeq int64) ([]Unbillable, error) {
-	rows, err := dbsqlc.New(q).DecisionsUnbillableAccounts(ctx, dbsqlc.DecisionsUnbillableAccountsParams{AfterSeq: afterSeq, UptoSeq: uptoSeq})
+	rows, err := unbillableAccounts(ctx, q, afterSeq, uptoSeq)
 	if err != nil {
 		return nil, fmt.Errorf("find accounts whose decisions cannot be billed: %w", MapError(err))
 	}

@@ -77,7 +77,7 @@ func MapError(err error) error {
 			return fmt.Errorf("%w: %w", ErrOutOfRange, err)
 		case pgerrcode.ForeignKeyViolation, pgerrcode.CheckViolation, pgerrcode.UniqueViolation,
 			pgerrcode.RestrictViolation:
-			if sentinel, ok := constraintErrors[[2]string{pgErr.TableName, pgErr.ConstraintName}]; ok {
+			if sentinel, ok := constraintErrors[constraintOf(pgErr)]; ok {
 				return fmt.Errorf("%w: %w", sentinel, err)
 			}
 		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected,

@@ -114,6 +114,12 @@ func (l Ledger) observeTaken(kind string, err error) {
 // ErrAccountNotFound, ErrInsufficientBalance (NoOverdraw, refused by the insert's condition on the
 // locked row), ErrInvalidAmount, ErrOutOfRange. After an error the caller must roll back.
 func (l Ledger) Post(ctx context.Context, tx Tx, p Posting) (Posted, error) {
+	if citus, err := onCitus(ctx, tx); err != nil || citus {
+		if err != nil {
+			return Posted{}, err
+		}
+		return l.postCitus(ctx, tx, p)
+	}
 	q := dbsqlc.New(tx)
 	inserted, err := q.LedgerInsert(ctx, dbsqlc.LedgerInsertParams{
 		AccountID:     p.AccountID,

@@ -61,10 +61,14 @@ func newMigrate(sqlDB *sql.DB) (*migrate.Migrate, error) {
 	return m, nil
 }
 
-// Up applies every migration not yet applied: ours, then River's. Already current is not an error.
+// Up applies every migration not yet applied: ours, then on a database with the citus extension the
+// distribute step (citus.go), then River's. Already current is not an error.
 func (ms *Migrations) Up() error {
 	if err := ms.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
+	}
+	if err := distribute(context.Background(), ms.url); err != nil {
+		return err
 	}
 	return ms.withRiver(func(ctx context.Context, rm *rivermigrate.Migrator[pgx.Tx]) error {
 		if _, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {

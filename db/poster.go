@@ -317,6 +317,10 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 	account := group[0].posting.AccountID
 	var outcomes []outcome
 	err := InTx(ctx, s.pool, func(tx Tx) error {
+		// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
+		if citus, err := onCitus(ctx, tx); err != nil || citus {
+			return cmp.Or(err, errPostAlone)
+		}
 		q := dbsqlc.New(tx)
 		start, err := q.AccountsLockForGroup(ctx, account)
 		if isNoRows(err) {

@@ -117,7 +117,7 @@ func TopupByPaymentIntent(ctx context.Context, q Conn, paymentIntent string) (To
 // Session the webhook learns about first. Does nothing when the session already has an order
 // (topups_session_id_key).
 func InsertTopupForSession(ctx context.Context, q Conn, t Topup) error {
-	err := dbsqlc.New(q).TopupsInsertForSession(ctx, dbsqlc.TopupsInsertForSessionParams{
+	err := insertTopupForSession(ctx, q, dbsqlc.TopupsInsertForSessionParams{
 		ID: t.ID, AccountID: t.AccountID, SessionID: &t.SessionID, Amount: t.Amount, Currency: t.Currency,
 	})
 	if err != nil {
@@ -131,7 +131,7 @@ func InsertTopupForSession(ctx context.Context, q Conn, t Topup) error {
 // session has no order or it was paid before. ErrDedupeConflict when the payment already paid another
 // order (topups_payment_intent_key).
 func MarkTopupPaid(ctx context.Context, q Conn, sessionID, paymentIntent, eventID string) (order Topup, paid bool, err error) {
-	r, err := dbsqlc.New(q).TopupsMarkPaid(ctx, dbsqlc.TopupsMarkPaidParams{
+	r, err := markTopupPaid(ctx, q, dbsqlc.TopupsMarkPaidParams{
 		SessionID: &sessionID, PaymentIntent: nullable(paymentIntent), PaidEventID: &eventID,
 	})
 	if isNoRows(err) {

@@ -81,6 +81,11 @@ func ping(ctx context.Context, serverURL string) error {
 // 127.0.0.1:port with trust authentication, and returns its maintenance URL. PostgreSQL refuses to
 // run as root, so as root the cluster is owned by and run as the "postgres" user (or "nobody").
 func StartPrivate(ctx context.Context, dataDir string, port int, log *slog.Logger) (string, error) {
+	return startPrivate(ctx, dataDir, port, nil, log)
+}
+
+// startPrivate is StartPrivate with extra server settings (name=value), passed as -c on every start.
+func startPrivate(ctx context.Context, dataDir string, port int, settings []string, log *slog.Logger) (string, error) {
 	serverURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=3", port)
 	if err := ping(ctx, serverURL); err == nil {
 		return serverURL, nil
@@ -115,6 +120,9 @@ func StartPrivate(ctx context.Context, dataDir string, port int, log *slog.Logge
 	}
 	log.Info("starting private PostgreSQL cluster", "dir", cluster, "port", port)
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", port, cluster)
+	for _, setting := range settings {
+		opts += " -c " + setting
+	}
 	if err := runPG(ctx, runAs, filepath.Join(bin, "pg_ctl"), "-D", cluster, "-l", filepath.Join(dataDir, "pg.log"),
 		"-o", opts, "-w", "-t", "60", "start"); err != nil {
 		return "", fmt.Errorf("%w (see %s)", err, filepath.Join(dataDir, "pg.log"))

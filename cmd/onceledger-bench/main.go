@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +47,7 @@ type options struct {
 	duration time.Duration
 	accounts int
 	dataDir  string
+	citus    bool
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -55,8 +57,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads whose family is this: webhook, postings, holds, statement or billing")
+	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, postings, holds, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
+	fs.BoolVar(&o.citus, "citus", false, "run on a local Citus cluster (a coordinator and two workers on this machine: "+
+		"the coordination cost, not the scale gain) instead of the machine's PostgreSQL")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,16 +73,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	serverURL, err := pglocal.Server(ctx, o.dataDir, log)
-	if err != nil {
-		return err
-	}
 	name := fmt.Sprintf("onceledger_bench_%d", time.Now().UnixNano())
-	databaseURL, err := pglocal.Database(ctx, serverURL, name)
+	databaseURL, drop, err := scratchDatabase(ctx, o, name, log)
 	if err != nil {
 		return err
 	}
-	defer dropDatabase(serverURL, name, stderr)
+	defer func() {
+		if err := drop(); err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(stderr, "onceledger-bench: drop scratch database %s: %v\n", name, err)
+		}
+	}()
 
 	env := []string{
 		"PATH=" + getenv("PATH"), "DATABASE_URL=" + databaseURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
@@ -162,7 +166,9 @@ func (b *bench) all(ctx context.Context) {
 	}
 }
 
-func (b *bench) wants(family string) bool { return b.o.only == "" || b.o.only == family }
+func (b *bench) wants(family string) bool {
+	return b.o.only == "" || slices.Contains(strings.Split(b.o.only, ","), family)
+}
 
 // webhooks measures first deliveries at each concurrency, concurrent duplicate pairs, and
 // redeliveries of events already processed.
@@ -297,6 +303,10 @@ var billingLine = regexp.MustCompile(`^BenchmarkBilling(Holds)?/accounts=(\d+)/(
 // billing runs the reconciler's benchmark once (`go test` in reconcile/) and turns its rates into
 // rows of the table, each reconciler row next to its baseline.
 func (b *bench) billing(ctx context.Context) {
+	if b.o.citus {
+		b.billingCluster(ctx)
+		return
+	}
 	switch _, err := os.Stat("reconcile"); {
 	case err != nil:
 		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "no reconcile package in this tree"})
@@ -418,16 +428,36 @@ func seed(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
 	return nil
 }
 
-// dropDatabase removes the scratch database, even when the run was interrupted.
-func dropDatabase(serverURL, name string, stderr io.Writer) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err == nil {
+// scratchDatabase makes the database the run uses, on the machine's server or (-citus) on every node of
+// the local Citus cluster, and returns its URL and how to drop it, even when the run was interrupted.
+func scratchDatabase(ctx context.Context, o options, name string, log *slog.Logger) (string, func() error, error) {
+	bounded := func(drop func(context.Context) error) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return drop(ctx)
+		}
+	}
+	if o.citus {
+		cluster, err := pglocal.StartCluster(ctx, o.dataDir, log)
+		if err != nil {
+			return "", nil, err
+		}
+		url, err := cluster.Database(ctx, name)
+		return url, bounded(func(ctx context.Context) error { return cluster.DropDatabase(ctx, name) }), err
+	}
+	serverURL, err := pglocal.Server(ctx, o.dataDir, log)
+	if err != nil {
+		return "", nil, err
+	}
+	url, err := pglocal.Database(ctx, serverURL, name)
+	return url, bounded(func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return err
+		}
 		defer conn.Close(ctx)
 		_, err = conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "onceledger-bench: drop scratch database %s: %v\n", name, err)
-	}
+		return err
+	}), err
 }

@@ -69,6 +69,14 @@ type Decision struct {
 	HoldID *string
 }
 
+// On Citus: every dedupe key posted, with the account whose entry holds it, distributed by the key. A posting claims its key in its own transaction before inserting the entry; the claim and the entry commit or roll back together (two-phase commit across nodes).
+type DedupeClaim struct {
+	DedupeKey string
+	// The account whose ledger holds the entry, so that a replay reads that entry from one shard.
+	AccountID string
+	ClaimedAt time.Time
+}
+
 // A reservation of credits on one account, chosen by the caller's id (the primary key makes authorising idempotent). It is created held and leaves held exactly once, by a conditional UPDATE ... WHERE status = 'held' in the transaction that releases its reservation (and, for a capture, posts its usage). Holds are not ledger entries: only a capture moves the balance.
 type Hold struct {
 	AccountID string

@@ -1,0 +1,155 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/onceledger/onceledger/sql/citus"
+)
+
+// Scale-out on Citus (SPEC §15). On a database with the citus extension, `migrate up` runs a distribute
+// step after the migrations: sql/citus/prepare.sql once (unique keys that include the distribution column,
+// the chain trigger per entry on shards, the global dedupe_claims), then distributes every table below
+// that exists and is not distributed yet. On plain PostgreSQL nothing of this runs.
+
+// accountTables hold an account's data: distributed by account_id, colocated with accounts, so that a
+// posting's account row, entries and holds are on one node. A new such table is one more line here.
+var accountTables = []string{
+	"ledger",
+	"decisions",
+	"topups",
+	"holds",
+}
+
+// keyedTables are distributed by a column of their own, not colocated with accounts.
+var keyedTables = [][2]string{
+	{"stripe_events", "event_id"},
+	{"dedupe_claims", "dedupe_key"},
+}
+
+// citusMarker is the table prepare.sql creates: its presence is what makes a database "on Citus" for the
+// posting paths (onCitus).
+const citusMarker = "dedupe_claims"
+
+// distribute runs the distribute step when the citus extension is present, and does nothing otherwise.
+func distribute(ctx context.Context, databaseURL string) error {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("distribute: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var hasCitus, prepared bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus'),
+	                                 to_regclass($1) IS NOT NULL`, citusMarker).Scan(&hasCitus, &prepared)
+	if err != nil || !hasCitus {
+		return MapError(err)
+	}
+	// Triggers on distributed tables run on the shards; Citus asks for this to create them.
+	if _, err := conn.Exec(ctx, `SET citus.enable_unsafe_triggers = on`); err != nil {
+		return fmt.Errorf("distribute: %w", err)
+	}
+	if !prepared {
+		// Simple protocol: the file's statements run as one implicit transaction.
+		if _, err := conn.PgConn().Exec(ctx, citus.Prepare).ReadAll(); err != nil {
+			return fmt.Errorf("distribute: prepare the schema for Citus: %w", err)
+		}
+	}
+	// Each colocation group its own: "default" would put every table of text keys in one group.
+	tables := [][3]string{{"accounts", "id", "none"}}
+	for _, t := range accountTables {
+		tables = append(tables, [3]string{t, "account_id", "accounts"})
+	}
+	for _, t := range keyedTables {
+		tables = append(tables, [3]string{t[0], t[1], "none"})
+	}
+	for _, t := range tables {
+		if err := distributeTable(ctx, conn, t[0], t[1], t[2]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// distributeTable distributes one table by column, colocated with the table colocateWith names (or "none"),
+// unless it is missing (a later migration adds it) or distributed already.
+func distributeTable(ctx context.Context, conn *pgx.Conn, table, column, colocateWith string) error {
+	var todo bool
+	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
+	        AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))`, table).Scan(&todo)
+	if err != nil || !todo {
+		return MapError(err)
+	}
+	_, err = conn.Exec(ctx, `SELECT create_distributed_table($1, $2, colocate_with => $3)`, table, column, colocateWith)
+	if err != nil {
+		return fmt.Errorf("distribute %s by %s: %w", table, column, err)
+	}
+	return nil
+}
+
+// onCitusKey marks, per connection, whether its database is distributed (checked once per connection).
+const onCitusKey = "onceledger.citus"
+
+// poolsOnCitus remembers the answer per pool, for operations handed a pool rather than a transaction.
+var poolsOnCitus sync.Map // *Pool → bool
+
+// onCitus reports whether q's database was distributed by the distribute step, so that the posting paths
+// take their Citus variants (citus_ledger.go). Asked once per connection (or pool), then remembered.
+func onCitus(ctx context.Context, q Conn) (bool, error) {
+	var data map[string]any
+	switch c := q.(type) {
+	case Tx:
+		data = c.Conn().PgConn().CustomData()
+	case *pgx.Conn:
+		data = c.PgConn().CustomData()
+	case *Pool:
+		if v, ok := poolsOnCitus.Load(c); ok {
+			return v.(bool), nil
+		}
+	}
+	if v, ok := data[onCitusKey].(bool); ok {
+		return v, nil
+	}
+	var distributed bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, citusMarker).Scan(&distributed); err != nil {
+		return false, fmt.Errorf("look for Citus: %w", MapError(err))
+	}
+	if data != nil {
+		data[onCitusKey] = distributed
+	} else if pool, ok := q.(*Pool); ok {
+		poolsOnCitus.Store(pool, distributed)
+	}
+	return distributed, nil
+}
+
+var (
+	// citusDetail is the detail our trigger functions add on Citus (sql/citus/prepare.sql).
+	citusDetail = regexp.MustCompile(`^constraint (\w+) on table (\w+)$`)
+	// citusViolation finds the constraint in PostgreSQL's own message for a check, foreign-key or unique
+	// violation, its name carrying the shard's suffix when Citus created it per shard.
+	citusViolation = regexp.MustCompile(`violates (?:check|foreign key|unique) constraint "(\w+?)(?:_\d+)?"$`)
+)
+
+// constraintOf is the (table, constraint) a violation names. Citus relays an error raised on a shard
+// without those two fields; the constraint is then read from the detail our triggers set, or from
+// PostgreSQL's message, and the table is the one constraintErrors knows it on.
+func constraintOf(pgErr *pgconn.PgError) [2]string {
+	if pgErr.ConstraintName != "" {
+		return [2]string{pgErr.TableName, pgErr.ConstraintName}
+	}
+	if m := citusDetail.FindStringSubmatch(pgErr.Detail); m != nil {
+		return [2]string{m[2], m[1]}
+	}
+	if m := citusViolation.FindStringSubmatch(pgErr.Message); m != nil {
+		for key := range constraintErrors {
+			if key[1] == m[1] {
+				return key
+			}
+		}
+	}
+	return [2]string{}
+}

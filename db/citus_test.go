@@ -1,0 +1,48 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+)
+
+// On plain PostgreSQL `migrate up` leaves the seed's schema exactly as the migrations wrote it: the
+// distribute step runs only where the citus extension is (the suite in scaleout/ tests that side).
+func TestMigrateUpWithoutCitusKeepsTheSeedsGuarantees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	// Up again on a current database runs the distribute step's check once more.
+	ms, err := db.OpenMigrations(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Up(); err != nil {
+		t.Fatal(err)
+	}
+	ms.Close()
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	var indexDef string
+	var claims, rowChain bool
+	err = pool.QueryRow(ctx, `
+		SELECT pg_get_indexdef('ledger_dedupe_idx'::regclass),
+		       to_regclass('dedupe_claims') IS NOT NULL,
+		       (SELECT tgtype & 1 = 1 FROM pg_trigger WHERE tgname = 'ledger_chain')`).Scan(&indexDef, &claims, &rowChain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seed = "CREATE UNIQUE INDEX ledger_dedupe_idx ON public.ledger USING btree (dedupe_key) WHERE (dedupe_key IS NOT NULL)"
+	if indexDef != seed {
+		t.Errorf("ledger_dedupe_idx is %q, want the seed's %q", indexDef, seed)
+	}
+	if claims || rowChain {
+		t.Errorf("Citus changes on plain PostgreSQL: dedupe_claims present=%t, ledger_chain per row=%t", claims, rowChain)
+	}
+}
