@@ -24,6 +24,8 @@ var accountTables = []string{
 	"decisions",
 	"topups",
 	"holds",
+	"recharge_attempts",
+	"balance_alerts",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.
