@@ -62,10 +62,10 @@ verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short 
 	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
 	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
 
-# BenchmarkBilling and BenchmarkBillingHolds are in the table already (onceledger-bench runs them); the rest run after it.
+# BenchmarkBilling, BenchmarkBillingHolds and BenchmarkReread are in the table already (onceledger-bench runs them); the rest run after it.
 bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run
 	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
-	go test -count=1 -run '^$$' -bench . -skip '^BenchmarkBilling(Holds)?$$' $(if $(QUICK),-benchtime=1x) ./...
+	go test -count=1 -run '^$$' -bench . -skip '^Benchmark(Billing(Holds)?|Reread)$$' $(if $(QUICK),-benchtime=1x) ./...
 
 generate: $(SQLC) ## regenerate db/internal/dbsqlc from sql/ (never edit it by hand)
 	$(SQLC) generate

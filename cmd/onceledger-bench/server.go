@@ -102,6 +102,44 @@ func (s *server) statusKB(field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
+// cpuTime is the CPU time the server process has used so far (user and system, /proc/<pid>/stat):
+// differences over a workload, divided by its requests, give the server's CPU per request, which moves
+// far less than throughput when other work shares the machine.
+func (s *server) cpuTime() (time.Duration, error) {
+	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after its closing parenthesis do not.
+	fields := strings.Fields(string(body[strings.LastIndexByte(string(body), ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("short /proc stat: %q", body)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] { // utime, stime: fields 14 and 15 of the whole line
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux.
+const clockTicks = 100
+
+// cpuPerOp runs measured and notes the server's CPU per successful operation.
+func (s *server) cpuPerOp(measured func() result) (result, string) {
+	before, err := s.cpuTime()
+	r := measured()
+	after, err2 := s.cpuTime()
+	if err != nil || err2 != nil || r.ops == 0 {
+		return r, ""
+	}
+	return r, fmt.Sprintf("server CPU %.0f µs per request", float64(after-before)/float64(time.Microsecond)/float64(r.ops))
+}
+
 // stop asks the server to shut down gracefully and waits for it.
 func (s *server) stop() error {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
