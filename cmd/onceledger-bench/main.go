@@ -222,8 +222,8 @@ func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
 func (b *bench) postings(ctx context.Context, d time.Duration) {
 	poster := db.NewPoster(b.pool, db.Ledger{}, db.PosterOptions{})
 	// One transaction per posting runs twice: on as many connections as callers (the lock queue grows
-	// with them) and on a pool the size of the server's, which queues callers in the pool instead and
-	// is the faster of the two: the baseline group commit is measured against.
+	// with them) and on pgxpool's default pool (four connections here), which queues callers in the
+	// pool instead and is the faster of the two: the baseline group commit is measured against.
 	serverPool, err := pgxpool.New(ctx, b.databaseURL)
 	if err != nil {
 		b.rows = append(b.rows, row{result: result{workload: "postings hot", errors: 1, firstErr: err.Error()}})
@@ -257,8 +257,8 @@ func (b *bench) postings(ctx context.Context, d time.Duration) {
 	}
 }
 
-// holds measures authorisations on one hot account at c=64: one transaction per authorisation on a
-// pool the size of the server's (the baseline), group commit straight through pgx (db.HoldAuthoriser),
+// holds measures authorisations on one hot account at c=64: one transaction per authorisation on
+// pgxpool's default pool (the baseline, as for postings), group commit straight through pgx (db.HoldAuthoriser),
 // and through the API. Each workload has an account of its own, funded so that none is refused: a
 // refusal rolls back and would spare the baseline its commit.
 func (b *bench) holds(ctx context.Context, d time.Duration) {

@@ -52,12 +52,12 @@ func (b *bench) notifications(ctx context.Context, d time.Duration, accounts int
 	b.add(off, nil)
 	b.rows = append(b.rows, row{result: on, baseline: &off, note: note})
 
-	off = measure(ctx, "postings hot, API, notifications off", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+	postOff := measure(ctx, "postings hot, API, notifications off", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 		return timed(func() error { return b.http.adjust(ctx, "bench_hot_notify_off", strconv.Itoa(i)) })
 	})
-	on = measure(ctx, "postings hot, API, notifications on", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+	postOn := measure(ctx, "postings hot, API, notifications on", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 		return timed(func() error { return notified.adjust(ctx, "bench_hot_notify_on", strconv.Itoa(i)) })
 	})
-	b.add(off, nil)
-	b.rows = append(b.rows, row{result: on, baseline: &off, note: fmt.Sprintf("%s; %d notifications delivered to the sink by the end", note, delivered.Load())})
+	b.add(postOff, nil)
+	b.rows = append(b.rows, row{result: postOn, baseline: &postOff, note: fmt.Sprintf("%s; %d notifications delivered to the sink by the end", note, delivered.Load())})
 }
