@@ -55,12 +55,13 @@ chromium: ## install Chromium for the console's browser tests when it is missing
 screenshots: chromium ## retake the console's screenshots into docs/console/ (the browser test, CONSOLE_SCREENSHOTS=1)
 	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./console
 
-verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body and JSON decoding
+verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body, JSON decoding and the id formats
 	$(SQLC) diff
 	go vet ./...
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
 	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
 	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
+	go test -run '^$$' -fuzz '^FuzzIDPattern$$' -fuzztime 10s ./api
 
 # BenchmarkBilling, BenchmarkBillingHolds and BenchmarkReread are in the table already (onceledger-bench runs them); the rest run after it.
 bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run
