@@ -102,11 +102,11 @@ func (s *server) statusKB(field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
-// cpuTime is the CPU time the server process has used so far (user and system, /proc/<pid>/stat):
-// differences over a workload, divided by its requests, give the server's CPU per request, which moves
-// far less than throughput when other work shares the machine.
-func (s *server) cpuTime() (time.Duration, error) {
-	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+// cpuTime is the CPU time the process pid has used so far (user and system, /proc/<pid>/stat):
+// differences over a workload, divided by its requests, give the CPU per request, which moves far less
+// than throughput when other work shares the machine.
+func cpuTime(pid int) (time.Duration, error) {
+	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -129,15 +129,23 @@ func (s *server) cpuTime() (time.Duration, error) {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux.
 const clockTicks = 100
 
-// cpuPerOp runs measured and notes the server's CPU per successful operation.
+// cpuPerOp runs measured and notes the CPU per successful operation of the server and of this
+// process, the load generator, whose HTTP client shares the machine's cores with the server.
 func (s *server) cpuPerOp(measured func() result) (result, string) {
-	before, err := s.cpuTime()
+	pids := []int{s.cmd.Process.Pid, os.Getpid()}
+	var before, after [2]time.Duration
+	for i, pid := range pids {
+		before[i], _ = cpuTime(pid)
+	}
 	r := measured()
-	after, err2 := s.cpuTime()
-	if err != nil || err2 != nil || r.ops == 0 {
+	for i, pid := range pids {
+		after[i], _ = cpuTime(pid)
+	}
+	if r.ops == 0 || before[0] == 0 || after[0] == 0 {
 		return r, ""
 	}
-	return r, fmt.Sprintf("server CPU %.0f µs per request", float64(after-before)/float64(time.Microsecond)/float64(r.ops))
+	perOp := func(i int) float64 { return float64(after[i]-before[i]) / float64(time.Microsecond) / float64(r.ops) }
+	return r, fmt.Sprintf("CPU per request: server %.0f µs, load generator %.0f µs", perOp(0), perOp(1))
 }
 
 // stop asks the server to shut down gracefully and waits for it.
