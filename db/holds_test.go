@@ -39,7 +39,10 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		{"too-big", 40}, // admitted under the same id: 0 left
 		{"late", 1},     // refused
 	}
-	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow})
+	// Staggered so that arrival order is the slice's order, all inside one window: 40 ms apart, so
+	// that a goroutine woken late on a loaded machine still arrives after the one before it.
+	const stagger = 40 * time.Millisecond
+	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: time.Duration(len(auths)+2) * stagger})
 	outs := make([]db.HoldAuthorised, len(auths))
 	errs := make([]error, len(auths))
 	var wg sync.WaitGroup
@@ -47,8 +50,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Staggered so that arrival order is the slice's order, all inside one window.
-			time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+			time.Sleep(time.Duration(i) * stagger)
 			outs[i], errs[i] = authoriser.Authorise(ctx, "acct_hot", a.hold, a.amount, time.Hour)
 		}()
 	}
