@@ -55,13 +55,14 @@ chromium: ## install Chromium for the console's browser tests when it is missing
 screenshots: chromium ## retake the console's screenshots into docs/console/ (the browser test, CONSOLE_SCREENSHOTS=1)
 	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./console
 
-verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body and JSON decoding
+verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body, JSON decoding and the id formats
 	$(SQLC) diff
 	go vet ./...
 	go vet -tags citus ./scaleout
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
 	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
 	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
+	go test -run '^$$' -fuzz '^FuzzIDPattern$$' -fuzztime 10s ./api
 
 # Scale-out (SPEC §15): Citus 13.2.2 from the source kept beside the repository, built into the machine's
 # PostgreSQL once; the cluster is three private servers under .data/citus on 127.0.0.1:55440-55442.
@@ -91,10 +92,10 @@ citus-down: ## stop the local Citus cluster
 test-citus: $(GOTESTSUM) citus-build ## the exactly-once suite against a local Citus cluster, then verify (fails, never skips, without Citus)
 	$(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -race -count=1 -timeout 20m ./scaleout
 
-# BenchmarkBilling and BenchmarkBillingHolds are in the table already (onceledger-bench runs them); the rest run after it.
+# BenchmarkBilling, BenchmarkBillingHolds and BenchmarkReread are in the table already (onceledger-bench runs them); the rest run after it.
 bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run
 	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
-	go test -count=1 -run '^$$' -bench . -skip '^BenchmarkBilling(Holds)?$$' $(if $(QUICK),-benchtime=1x) ./...
+	go test -count=1 -run '^$$' -bench . -skip '^Benchmark(Billing(Holds)?|Reread)$$' $(if $(QUICK),-benchtime=1x) ./...
 
 generate: $(SQLC) ## regenerate db/internal/dbsqlc from sql/ (never edit it by hand)
 	$(SQLC) generate

@@ -15,10 +15,28 @@ import (
 // Ids as the schema accepts them (accounts_id_format_check, decisions_id_format_check): checked here
 // first so that bad input is a 400 naming the field, not a constraint violation.
 var (
-	accountIDPattern  = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
-	decisionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+	accountIDPattern  = idPattern{max: 64}  // ^[A-Za-z0-9_.:-]{1,64}$
+	decisionIDPattern = idPattern{max: 128} // ^[A-Za-z0-9_.:-]{1,128}$
 	currencyPattern   = regexp.MustCompile(`^[a-z]{3}$`)
 )
+
+// idPattern is ^[A-Za-z0-9_.:-]{1,max}$, the ids' format, matched byte by byte: it runs on every
+// request and on every decision of a batch, where a regexp cost more than the rest of the check.
+type idPattern struct{ max int }
+
+func (p idPattern) MatchString(s string) bool {
+	if len(s) == 0 || len(s) > p.max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 const (
 	// smallBody bounds the JSON bodies of single-object requests.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -13,7 +12,7 @@ import (
 )
 
 // holdIDPattern is holds_id_format_check, checked here first so that bad input is a 400.
-var holdIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+var holdIDPattern = idPattern{max: 128}
 
 const (
 	defaultHoldTTL = 15 * time.Minute

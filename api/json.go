@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -39,7 +40,19 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any)
 		return badRequest("invalid_json", "body must hold a single JSON value")
 	}
 	// The body is one valid JSON value now, so walking its tokens cannot fail on syntax.
-	return exactKeys(json.NewDecoder(bytes.NewReader(body)), fieldNames(reflect.TypeOf(dst), map[string]string{}))
+	return exactKeys(json.NewDecoder(bytes.NewReader(body)), fieldsOf(reflect.TypeOf(dst)))
+}
+
+// fieldsByType caches fieldNames per destination type: a handful of types, each walked once rather
+// than on every request.
+var fieldsByType sync.Map // reflect.Type → map[string]string, read-only once stored
+
+func fieldsOf(t reflect.Type) map[string]string {
+	if fields, ok := fieldsByType.Load(t); ok {
+		return fields.(map[string]string)
+	}
+	fields, _ := fieldsByType.LoadOrStore(t, fieldNames(t, map[string]string{}))
+	return fields.(map[string]string)
 }
 
 // exactKeys walks one JSON value and refuses an object holding a key twice (compared as encoding/json

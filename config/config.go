@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -41,7 +42,17 @@ type Config struct {
 	ReconcileLookback time.Duration
 	// DataDir holds the private PostgreSQL cluster when no server answers.
 	DataDir string
+	// DBMaxConns sizes the server's connection pool; 0 when DATABASE_URL's pool_max_conns decides.
+	DBMaxConns int32
+	// PprofAddr is the loopback address of the net/http/pprof listener; empty (the default) serves none.
+	PprofAddr string
 }
+
+// DefaultDBMaxConns is the pool size when neither DB_MAX_CONNS nor DATABASE_URL's pool_max_conns says:
+// enough connections for the webhook's concurrent deliveries (each one transaction) to commit
+// together, where pgxpool's default (four here, the number of CPUs otherwise) queued them in the pool.
+// docs/performance.md has the measurement.
+const DefaultDBMaxConns = 16
 
 // Load reads the configuration. Every value is checked here, so a typo fails at start, not later.
 func Load(getenv func(string) string) (Config, error) {
@@ -66,6 +77,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.ReconcileLookback, err = time.ParseDuration(or(getenv("RECONCILE_LOOKBACK"), "72h")); err != nil || c.ReconcileLookback <= 0 || c.ReconcileLookback > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("RECONCILE_LOOKBACK must be a positive duration up to 720h (Stripe keeps events 30 days), got %q", getenv("RECONCILE_LOOKBACK")))
+	}
+	if c.DBMaxConns, err = dbMaxConns(getenv("DB_MAX_CONNS"), c.DatabaseURL); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PprofAddr, err = loopback(getenv("PPROF_ADDR")); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Livemode, err = livemode(c.StripeSecretKey, getenv("STRIPE_LIVEMODE")); err != nil {
 		errs = append(errs, err)
@@ -113,6 +130,37 @@ func livemode(secretKey, setting string) (*bool, error) {
 		return nil, fmt.Errorf("STRIPE_LIVEMODE=%t contradicts STRIPE_SECRET_KEY, a %s key", *fromSetting, map[bool]string{true: "live", false: "test"}[*fromKey])
 	}
 	return cmp.Or(fromKey, fromSetting), nil
+}
+
+// dbMaxConns is DB_MAX_CONNS; unset, it is DefaultDBMaxConns, or 0 when the URL names pool_max_conns
+// itself (pgxpool reads it; an explicit DB_MAX_CONNS wins over it).
+func dbMaxConns(setting, databaseURL string) (int32, error) {
+	setting = strings.TrimSpace(setting)
+	if setting == "" {
+		if strings.Contains(databaseURL, "pool_max_conns=") {
+			return 0, nil
+		}
+		return DefaultDBMaxConns, nil
+	}
+	n, err := strconv.ParseInt(setting, 10, 32)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("DB_MAX_CONNS must be a whole number of connections ≥ 1, got %q", setting)
+	}
+	return int32(n), nil
+}
+
+// loopback checks PPROF_ADDR: a host:port whose host is a loopback address (or localhost), since
+// profiles show the process's internals to whoever can reach them. Empty stays empty.
+func loopback(addr string) (string, error) {
+	addr = strings.TrimSpace(addr)
+	if addr == "" {
+		return "", nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		return "", fmt.Errorf("PPROF_ADDR must be a loopback host:port such as 127.0.0.1:6060, got %q", addr)
+	}
+	return addr, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -45,3 +45,38 @@ func TestLivemode(t *testing.T) {
 		}
 	}
 }
+
+// DB_MAX_CONNS is a positive number; unset, the default applies unless DATABASE_URL names
+// pool_max_conns. PPROF_ADDR only listens on loopback.
+func TestDBMaxConnsAndPprofAddr(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		vars      map[string]string
+		wantConns int32
+		wantPprof string
+		wantErr   bool
+	}{
+		{map[string]string{}, config.DefaultDBMaxConns, "", false},
+		{map[string]string{"DB_MAX_CONNS": "40"}, 40, "", false},
+		{map[string]string{"DATABASE_URL": "postgres://h/db?pool_max_conns=3"}, 0, "", false},
+		{map[string]string{"DATABASE_URL": "postgres://h/db?pool_max_conns=3", "DB_MAX_CONNS": "7"}, 7, "", false},
+		{map[string]string{"DB_MAX_CONNS": "0"}, 0, "", true},
+		{map[string]string{"DB_MAX_CONNS": "many"}, 0, "", true},
+		{map[string]string{"PPROF_ADDR": "127.0.0.1:6060"}, config.DefaultDBMaxConns, "127.0.0.1:6060", false},
+		{map[string]string{"PPROF_ADDR": "localhost:6060"}, config.DefaultDBMaxConns, "localhost:6060", false},
+		{map[string]string{"PPROF_ADDR": "[::1]:6060"}, config.DefaultDBMaxConns, "[::1]:6060", false},
+		{map[string]string{"PPROF_ADDR": "0.0.0.0:6060"}, 0, "", true},
+		{map[string]string{"PPROF_ADDR": ":6060"}, 0, "", true},
+		{map[string]string{"PPROF_ADDR": "10.0.0.1:6060"}, 0, "", true},
+	}
+	for _, c := range cases {
+		cfg, err := config.Load(func(k string) string { return c.vars[k] })
+		if (err != nil) != c.wantErr {
+			t.Errorf("%v: error %v", c.vars, err)
+			continue
+		}
+		if !c.wantErr && (cfg.DBMaxConns != c.wantConns || cfg.PprofAddr != c.wantPprof) {
+			t.Errorf("%v: DBMaxConns %d, PprofAddr %q; want %d, %q", c.vars, cfg.DBMaxConns, cfg.PprofAddr, c.wantConns, c.wantPprof)
+		}
+	}
+}

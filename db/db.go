@@ -15,11 +15,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Open returns a pool for databaseURL after checking that the database answers.
+// Open returns a pool for databaseURL after checking that the database answers, sized as the URL
+// says (pool_max_conns) or by pgxpool's default.
 func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	return OpenSized(ctx, databaseURL, 0)
+}
+
+// OpenSized is Open with at most maxConns connections (DB_MAX_CONNS); 0 keeps Open's size.
+func OpenSized(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -16,7 +16,7 @@ func InsertGroupAsAdmitted(ctx context.Context, tx Tx, postings []Posting) error
 	group := make([]*member, len(postings))
 	var insert []int
 	for i, p := range postings {
-		group[i] = &member{posting: p}
+		group[i] = &member{req: p}
 		insert = append(insert, i)
 	}
 	_, err := insertGroup(ctx, q, group, insert)

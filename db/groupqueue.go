@@ -10,9 +10,9 @@ import (
 )
 
 // groupQueue gathers the concurrent requests of one key (an account) for up to a window and hands
-// them, in arrival order, to commit in groups of at most max, one group at a time per key. It is the
-// grouping of Poster, for requests of any type: commit must answer every member of its group exactly
-// once (a member's answer channel is buffered, so commit never blocks on a caller).
+// them, in arrival order, to commit in groups of at most max, one group at a time per key. Poster and
+// HoldAuthoriser group through it: commit must answer every member of its group exactly once (a
+// member's answer channel is buffered, so commit never blocks on a caller).
 type groupQueue[Req, Ans any] struct {
 	window time.Duration
 	max    int
@@ -22,11 +22,19 @@ type groupQueue[Req, Ans any] struct {
 	queues map[string]*keyQueue[Req, Ans] // keys with a drain goroutine running
 }
 
+// A waiting request moves from memberWaiting to memberTaken (a group owns it and will answer) or to
+// memberWithdrawn (its caller's context ended first and nothing was attempted).
+const (
+	memberWaiting int32 = iota
+	memberTaken
+	memberWithdrawn
+)
+
 type groupMember[Req, Ans any] struct {
 	req     Req
 	ctx     context.Context
 	arrived time.Time
-	state   atomic.Int32 // memberWaiting → memberTaken or memberWithdrawn, as in Poster
+	state   atomic.Int32 // memberWaiting → memberTaken or memberWithdrawn
 	answer  chan groupAnswer[Ans]
 }
 
@@ -40,8 +48,23 @@ func (m *groupMember[Req, Ans]) reply(ans Ans, err error) { m.answer <- groupAns
 type keyQueue[Req, Ans any] struct {
 	waiting []*groupMember[Req, Ans] // guarded by groupQueue.mu
 	last    int                      // size of the last group taken; guarded by groupQueue.mu
-	full    chan struct{}
-	arrival chan struct{}
+	full    chan struct{}            // wakes the drain when a group is complete before its window ends
+	arrival chan struct{}            // wakes an idle drain
+}
+
+// complete reports that the group need not wait for its window: max requests wait, or as many as the
+// last group held. Callers answered by one group tend to come back together; once they all have,
+// waiting longer only adds latency.
+func (q *keyQueue[Req, Ans]) complete(max int) bool {
+	return len(q.waiting) >= max || (q.last > 1 && len(q.waiting) >= q.last)
+}
+
+// signal wakes the receiver of c, if it is not already due to wake.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 func newGroupQueue[Req, Ans any](window time.Duration, max int, commit func(string, []*groupMember[Req, Ans])) *groupQueue[Req, Ans] {
@@ -83,12 +106,14 @@ func (g *groupQueue[Req, Ans]) enqueue(key string, m *groupMember[Req, Ans]) {
 	}
 	q.waiting = append(q.waiting, m)
 	signal(q.arrival)
-	if len(q.waiting) >= g.max || (q.last > 1 && len(q.waiting) >= q.last) {
+	if q.complete(g.max) {
 		signal(q.full)
 	}
 }
 
-// drain commits a key's groups one after the other until none arrived for a whole window, then ends.
+// drain commits a key's groups one after the other until none arrived for a whole window, then ends:
+// an idle key costs no goroutine. Lingering that long keeps the last group's size for the callers it
+// answered, who are usually on their way back.
 func (g *groupQueue[Req, Ans]) drain(key string, q *keyQueue[Req, Ans]) {
 	for {
 		g.mu.Lock()
@@ -109,7 +134,7 @@ func (g *groupQueue[Req, Ans]) drain(key string, q *keyQueue[Req, Ans]) {
 			}
 		}
 		wait := g.window - time.Since(q.waiting[0].arrived)
-		complete := len(q.waiting) >= g.max || (q.last > 1 && len(q.waiting) >= q.last)
+		complete := q.complete(g.max)
 		g.mu.Unlock()
 		if !complete && wait > 0 {
 			timer := time.NewTimer(wait)

@@ -451,10 +451,11 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 // HoldAuthoriser authorises holds with group commit. Every authorisation on one account serialises
 // on that account's row, so one transaction each caps a hot account at one fsync'd commit per hold.
 // HoldAuthoriser gathers the concurrent authorisations of one account for a few milliseconds and
-// commits them in ONE transaction: the account row locked first, the group's stored ids read and
-// answered before admission (a replay or a conflict is never admitted again), admission in arrival
-// order against the locked available balance, one set-based insert under holds_pkey, one conditional
-// reservation of their sum.
+// commits them in ONE transaction: the account row locked first, admission in arrival order against
+// the locked available balance, then one statement that inserts the admitted holds under holds_pkey
+// and reserves their sum. A stored id is answered before admission (a replay or a conflict is never
+// admitted again): the insert finds it taken and the group is planned again with its stored holds read
+// first, and a member refused for want of balance has its id read before the refusal is final.
 //
 // To each caller, Authorise is exactly AuthoriseHold: Created=false with the stored hold on a replay,
 // ErrDedupeConflict, ErrInsufficientBalance, ErrAccountNotFound; one member's refusal never fails
@@ -490,9 +491,17 @@ func (a *HoldAuthoriser) commit(account string, group []*authMember) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	if len(group) > 1 {
-		var err error
+		var (
+			err     error
+			readIDs bool // the first attempt assumes every id is new, the common case
+		)
 		for range regroupAttempts {
-			if err = a.authoriseGroup(ctx, account, group); !errors.Is(err, errRegroup) && !lostLockRace(err) {
+			err = a.authoriseGroup(ctx, account, group, readIDs)
+			if errors.Is(err, errRegroup) {
+				readIDs = true
+				continue
+			}
+			if !lostLockRace(err) {
 				break
 			}
 		}
@@ -515,8 +524,12 @@ func (a *HoldAuthoriser) commit(account string, group []*authMember) {
 }
 
 // authoriseGroup runs one group in one transaction and, once it committed, answers every member.
-func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, group []*authMember) error {
-	answers := make([]groupAnswer[HoldAuthorised], len(group))
+// With readIDs, the group's stored holds are read first, so that replays and conflicts are planned as
+// such; without, every id is assumed new and a taken one (HoldsInsertGroup returns no row for it) rolls
+// the group back with errRegroup. Skipping the read keeps the common case at two statements: the
+// account's lock, then the insert with its reservation.
+func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, group []*authMember, readIDs bool) error {
+	var answers []groupAnswer[HoldAuthorised]
 	err := InTx(ctx, a.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
 		locked, err := q.HoldsAccountLock(ctx, account)
@@ -526,73 +539,55 @@ func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, gro
 		if err != nil {
 			return fmt.Errorf("lock account %s: %w", account, err)
 		}
-		ids := make([]string, len(group))
-		for i, m := range group {
-			ids[i] = m.req.holdID
-		}
-		rows, err := q.HoldsGetByIDs(ctx, dbsqlc.HoldsGetByIDsParams{AccountID: account, IDs: ids})
-		if err != nil {
-			return fmt.Errorf("read %d holds of %s: %w", len(ids), account, err)
-		}
-		stored := make(map[string]Hold, len(rows))
-		for _, r := range rows {
-			stored[r.ID] = holdFromRow(r)
-		}
-
-		// Admission in arrival order against the locked available balance, as single authorisations
-		// would have been admitted one after the other; a refused member claims nothing.
-		available := locked.Balance - locked.Held
-		claimed := map[string]int{}
-		var admit []int
-		var arg dbsqlc.HoldsInsertGroupParams
-		arg.AccountID = account
-		for i, m := range group {
-			r := m.req
-			if prior, ok := stored[r.holdID]; ok {
-				answers[i] = settledHold(prior, r, account)
-				continue
+		stored := map[string]Hold{}
+		if readIDs {
+			if stored, err = storedHolds(ctx, q, account, holdIDs(group, nil)); err != nil {
+				return err
 			}
-			if _, ok := claimed[r.holdID]; ok {
-				continue // answered from its first claimant below
+		}
+		plan := planHolds(account, group, locked.Balance-locked.Held, stored)
+		if refused := plan.refused(); !readIDs && len(refused) > 0 {
+			// A refusal is final only for an id never held: a retried authorisation is a replay (or
+			// a conflict) however the balance moved since. Refused members claim nothing, so reading
+			// their ids and planning again changes nothing for the others but their duplicates.
+			if stored, err = storedHolds(ctx, q, account, holdIDs(group, refused)); err != nil {
+				return err
 			}
-			if r.amount > available {
-				answers[i].err = fmt.Errorf("hold %d on %s: %w", r.amount, account, ErrInsufficientBalance)
-				continue
-			}
-			available -= r.amount
-			claimed[r.holdID] = i
-			admit = append(admit, i)
+			plan = planHolds(account, group, locked.Balance-locked.Held, stored)
+		}
+		answers = plan.answers
+		if len(plan.admit) == 0 {
+			return nil
+		}
+		arg := dbsqlc.HoldsInsertGroupParams{AccountID: account}
+		for _, i := range plan.admit {
+			r := group[i].req
 			arg.IDs = append(arg.IDs, r.holdID)
 			arg.Amounts = append(arg.Amounts, r.amount)
 			arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ttl.Seconds())
 		}
-		if len(admit) == 0 {
-			return nil
-		}
 		inserted, err := q.HoldsInsertGroup(ctx, arg)
 		if err != nil {
-			return fmt.Errorf("insert %d holds of %s: %w", len(admit), account, err)
+			return fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
 		}
-		if len(inserted) != len(admit) {
+		if len(inserted) != len(plan.admit) {
 			return errRegroup
+		}
+		if !inserted[0].Reserved {
+			return fmt.Errorf("available balance of %s moved under the group's lock: %d held no longer fit", account, plan.total)
 		}
 		byID := make(map[string]Hold, len(inserted))
 		for _, r := range inserted {
-			byID[r.ID] = holdFromRow(r)
+			byID[r.ID] = holdFromRow(dbsqlc.Hold{
+				AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
+				DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+			})
 		}
-		total := (locked.Balance - locked.Held) - available
-		if _, err := q.AccountsHeldReserve(ctx, dbsqlc.AccountsHeldReserveParams{ID: account, Amount: total}); err != nil {
-			return fmt.Errorf("reserve %d on %s under the group's lock: %w", total, account, err)
+		for _, i := range plan.admit {
+			answers[i].ans = HoldAuthorised{Hold: byID[group[i].req.holdID], Created: true}
 		}
-		for i, m := range group {
-			first, ok := claimed[m.req.holdID]
-			switch {
-			case !ok || answers[i].err != nil:
-			case first == i:
-				answers[i].ans = HoldAuthorised{Hold: byID[m.req.holdID], Created: true}
-			default:
-				answers[i] = settledHold(byID[m.req.holdID], m.req, account)
-			}
+		for i, first := range plan.duplicateOf {
+			answers[i] = settledHold(answers[first].ans.Hold, group[i].req, account)
 		}
 		return nil
 	})
@@ -603,6 +598,84 @@ func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, gro
 		m.reply(answers[i].ans, answers[i].err)
 	}
 	return nil
+}
+
+// holdsPlan is what one group of authorisations will do, decided in arrival order against the
+// locked available balance.
+type holdsPlan struct {
+	answers     []groupAnswer[HoldAuthorised] // final for members neither admitted nor duplicates
+	admit       []int                         // members to insert, in order
+	duplicateOf map[int]int                   // member → the earlier member of the group that claims its id
+	total       int64                         // the amount the admitted members reserve together
+}
+
+// planHolds is the sequence of single authorisations, replayed in memory: a stored id is answered as a
+// replay or a conflict before admission is considered; each other member is admitted against the
+// available balance the admitted members before it left; an id claimed earlier in the group makes it
+// a replay or a conflict of that member. A refused member claims nothing, as its own transaction
+// would have rolled back.
+func planHolds(account string, group []*authMember, available int64, stored map[string]Hold) holdsPlan {
+	plan := holdsPlan{answers: make([]groupAnswer[HoldAuthorised], len(group)), duplicateOf: map[int]int{}}
+	claimed := map[string]int{}
+	for i, m := range group {
+		r := m.req
+		if prior, ok := stored[r.holdID]; ok {
+			plan.answers[i] = settledHold(prior, r, account)
+			continue
+		}
+		if first, ok := claimed[r.holdID]; ok {
+			plan.duplicateOf[i] = first
+			continue
+		}
+		if r.amount > available-plan.total {
+			plan.answers[i].err = fmt.Errorf("hold %d on %s: %w", r.amount, account, ErrInsufficientBalance)
+			continue
+		}
+		plan.total += r.amount
+		claimed[r.holdID] = i
+		plan.admit = append(plan.admit, i)
+	}
+	return plan
+}
+
+// refused returns the members the plan refused for want of available balance: its only errors.
+func (plan holdsPlan) refused() []int {
+	var out []int
+	for i, a := range plan.answers {
+		if a.err != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// holdIDs returns the hold ids of the members at the given indexes, or of every member when nil.
+func holdIDs(group []*authMember, members []int) []string {
+	if members == nil {
+		ids := make([]string, len(group))
+		for i, m := range group {
+			ids[i] = m.req.holdID
+		}
+		return ids
+	}
+	ids := make([]string, len(members))
+	for k, i := range members {
+		ids[k] = group[i].req.holdID
+	}
+	return ids
+}
+
+// storedHolds returns the account's holds among ids, by id.
+func storedHolds(ctx context.Context, q *dbsqlc.Queries, account string, ids []string) (map[string]Hold, error) {
+	rows, err := q.HoldsGetByIDs(ctx, dbsqlc.HoldsGetByIDsParams{AccountID: account, IDs: ids})
+	if err != nil {
+		return nil, fmt.Errorf("read %d holds of %s: %w", len(ids), account, err)
+	}
+	stored := make(map[string]Hold, len(rows))
+	for _, r := range rows {
+		stored[r.ID] = holdFromRow(r)
+	}
+	return stored, nil
 }
 
 // settledHold answers an authorisation whose id is held already: a replay with the same amount, a

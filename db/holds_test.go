@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,10 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		{"too-big", 40}, // admitted under the same id: 0 left
 		{"late", 1},     // refused
 	}
-	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow})
+	// Staggered so that arrival order is the slice's order, all inside one window: 40 ms apart, so
+	// that a goroutine woken late on a loaded machine still arrives after the one before it.
+	const stagger = 40 * time.Millisecond
+	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: time.Duration(len(auths)+2) * stagger})
 	outs := make([]db.HoldAuthorised, len(auths))
 	errs := make([]error, len(auths))
 	var wg sync.WaitGroup
@@ -46,8 +50,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Staggered so that arrival order is the slice's order, all inside one window.
-			time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+			time.Sleep(time.Duration(i) * stagger)
 			outs[i], errs[i] = authoriser.Authorise(ctx, "acct_hot", a.hold, a.amount, time.Hour)
 		}()
 	}
@@ -92,4 +95,116 @@ func TestHoldAuthoriserUnknownAccount(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// authoriseAllAtOnce authorises every authorisation from its own goroutine, released together, and
+// returns each caller's answer in order.
+func authoriseAllAtOnce(authoriser *db.HoldAuthoriser, account string, auths []authorisation) ([]db.HoldAuthorised, []error) {
+	outs := make([]db.HoldAuthorised, len(auths))
+	errs := make([]error, len(auths))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, a := range auths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			outs[i], errs[i] = authoriser.Authorise(context.Background(), account, a.hold, a.amount, time.Hour)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return outs, errs
+}
+
+// 64 callers authorising the same id at once (a retry storm), and 64 retrying a hold stored before
+// on an account with nothing left available: one hold reserved once, every other caller a replay of
+// it, never a refusal (a stored id is answered before admission, however the balance moved).
+func TestHoldAuthoriser64WayReplaysReserveOnce(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	if _, err := ledger.CreateAccount(ctx, pool, "acct_storm", "usd", 100); err != nil {
+		t.Fatal(err)
+	}
+	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow})
+	for _, round := range []struct {
+		hold    string
+		amount  int64
+		created int // callers answered Created
+	}{
+		{"storm", 60, 1}, // new: one caller reserves it
+		{"storm", 60, 0}, // stored: 40 available, every caller a replay
+		{"rest", 40, 1},  // takes the rest
+		{"storm", 60, 0}, // stored, nothing available: still replays, not refusals
+	} {
+		auths := make([]authorisation, 64)
+		for i := range auths {
+			auths[i] = authorisation{round.hold, round.amount}
+		}
+		outs, errs := authoriseAllAtOnce(authoriser, "acct_storm", auths)
+		created := 0
+		for i := range auths {
+			if errs[i] != nil || outs[i].Hold.ID != round.hold || outs[i].Hold.Amount != round.amount || outs[i].Hold.Status != db.HoldHeld {
+				t.Fatalf("%+v caller %d: %+v, %v; want the hold", round, i, outs[i], errs[i])
+			}
+			if outs[i].Created {
+				created++
+			}
+		}
+		if created != round.created {
+			t.Fatalf("%+v: %d callers created the hold, want %d", round, created, round.created)
+		}
+	}
+	acct, err := db.GetAccount(ctx, pool, "acct_storm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acct.Held != 100 {
+		t.Fatalf("held %d, want 100 (60 + 40, each once)", acct.Held)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM holds`); got != 2 {
+		t.Fatalf("%d holds, want 2", got)
+	}
+	violations, err := db.Verify(ctx, pool, timeNow(), parkedAfter, parkedAfter)
+	if err != nil || len(violations) > 0 {
+		t.Fatalf("verify: %v %v", violations, err)
+	}
+}
+
+// Members the database refuses (an id holds_id_format_check rejects, an amount
+// holds_amount_positive_check rejects) fail the group's one insert; each member is then authorised in
+// its own transaction, so only they fail and every other member is reserved.
+func TestHoldAuthoriserMemberFailureFailsOnlyThatMember(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	if _, err := ledger.CreateAccount(ctx, pool, "acct_member", "usd", 100); err != nil {
+		t.Fatal(err)
+	}
+	auths := []authorisation{{"bad id!", 5}, {"negative", -5}}
+	for i := range 8 {
+		auths = append(auths, authorisation{fmt.Sprintf("ok-%d", i), 5})
+	}
+	outs, errs := authoriseAllAtOnce(db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow}), "acct_member", auths)
+	for i := range 2 {
+		if errs[i] == nil || errors.Is(errs[i], db.ErrTransient) {
+			t.Fatalf("invalid authorisation %+v = %+v, %v; want its own error", auths[i], outs[i], errs[i])
+		}
+	}
+	for i := 2; i < len(auths); i++ {
+		if errs[i] != nil || !outs[i].Created {
+			t.Fatalf("authorisation %+v = %+v, %v; want created despite the others", auths[i], outs[i], errs[i])
+		}
+	}
+	acct, err := db.GetAccount(ctx, pool, "acct_member")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acct.Held != 40 {
+		t.Fatalf("held %d, want 40", acct.Held)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM holds`); got != 8 {
+		t.Fatalf("%d holds, want 8", got)
+	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver the migrations run on
+	"github.com/jackc/pgx/v5/stdlib" // the database/sql driver the migrations run on
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
@@ -33,10 +33,13 @@ type Migrations struct {
 
 // OpenMigrations prepares the embedded migrations for the database at databaseURL.
 func OpenMigrations(databaseURL string) (*Migrations, error) {
-	sqlDB, err := sql.Open("pgx", databaseURL)
+	// Parsed as the pool parses it, so that its pool_* parameters are taken out of the URL: handed to
+	// database/sql as they are, they would reach PostgreSQL as unknown settings and refuse the connection.
+	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("open database for migrations: %w", err)
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
+	sqlDB := stdlib.OpenDB(*cfg.ConnConfig)
 	m, err := newMigrate(sqlDB)
 	if err != nil {
 		_ = sqlDB.Close()

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -42,11 +40,7 @@ import (
 type Poster struct {
 	pool   Beginner
 	ledger Ledger
-	window time.Duration
-	max    int
-
-	mu     sync.Mutex
-	queues map[string]*postQueue // accounts with a drain goroutine running
+	queue  *groupQueue[Posting, Posted]
 }
 
 // PosterOptions tunes grouping; the zero value takes the defaults.
@@ -72,165 +66,22 @@ const (
 
 // NewPoster returns a Poster that posts through ledger (so that OnPosted rides along) on pool.
 func NewPoster(pool Beginner, ledger Ledger, o PosterOptions) *Poster {
-	if o.Window <= 0 {
-		o.Window = defaultGroupWindow
-	}
-	if o.MaxGroup <= 0 {
-		o.MaxGroup = defaultMaxGroup
-	}
-	return &Poster{pool: pool, ledger: ledger, window: o.Window, max: o.MaxGroup, queues: map[string]*postQueue{}}
+	s := &Poster{pool: pool, ledger: ledger}
+	s.queue = newGroupQueue(o.Window, o.MaxGroup, s.commit)
+	return s
 }
 
-// A waiting posting moves from memberWaiting to memberTaken (a group owns it and will answer) or to
-// memberWithdrawn (its caller's context ended first and nothing was attempted).
-const (
-	memberWaiting int32 = iota
-	memberTaken
-	memberWithdrawn
+// member is one posting waiting for, or in, a group; outcome is its answer.
+type (
+	member  = groupMember[Posting, Posted]
+	outcome = groupAnswer[Posted]
 )
-
-type member struct {
-	ctx     context.Context
-	posting Posting
-	arrived time.Time
-	state   atomic.Int32
-	answer  chan outcome // buffered: the group never blocks on a caller
-}
-
-type outcome struct {
-	posted Posted
-	err    error
-}
-
-type postQueue struct {
-	waiting []*member     // guarded by Poster.mu
-	last    int           // size of the last group taken; guarded by Poster.mu
-	full    chan struct{} // wakes the drain when a group is complete before its window ends
-	arrival chan struct{} // wakes an idle drain
-}
-
-// complete reports that the group need not wait for its window: MaxGroup postings wait, or as many
-// as the last group held. Callers answered by one group tend to come back together; once they all
-// have, waiting longer only adds latency.
-func (q *postQueue) complete(max int) bool {
-	return len(q.waiting) >= max || (q.last > 1 && len(q.waiting) >= q.last)
-}
 
 // Post posts p in the next group of its account and returns once that group committed (or failed).
 // When ctx ends before the group took p, nothing is posted and ctx's error is returned; once taken,
 // p's outcome is awaited, as a commit cannot be called back.
 func (s *Poster) Post(ctx context.Context, p Posting) (Posted, error) {
-	m := &member{ctx: ctx, posting: p, arrived: time.Now(), answer: make(chan outcome, 1)}
-	s.enqueue(m)
-	select {
-	case o := <-m.answer:
-		return o.posted, o.err
-	case <-ctx.Done():
-		if m.state.CompareAndSwap(memberWaiting, memberWithdrawn) {
-			return Posted{}, fmt.Errorf("post %s entry for %s: %w", p.Kind, p.AccountID, ctx.Err())
-		}
-		o := <-m.answer
-		return o.posted, o.err
-	}
-}
-
-func (s *Poster) enqueue(m *member) {
-	account := m.posting.AccountID
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queues[account]
-	if q == nil {
-		q = &postQueue{full: make(chan struct{}, 1), arrival: make(chan struct{}, 1)}
-		s.queues[account] = q
-		go s.drain(account, q)
-	}
-	q.waiting = append(q.waiting, m)
-	signal(q.arrival)
-	if q.complete(s.max) {
-		signal(q.full)
-	}
-}
-
-// signal wakes the receiver of c, if it is not already due to wake.
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// drain commits an account's groups one after the other until none has waited for a whole window,
-// then ends: an idle account costs no goroutine. Lingering that long keeps the last group's size for
-// the callers it answered, who are usually on their way back.
-func (s *Poster) drain(account string, q *postQueue) {
-	for {
-		s.mu.Lock()
-		if len(q.waiting) == 0 {
-			s.mu.Unlock()
-			if s.awaitArrival(q) {
-				continue
-			}
-			s.mu.Lock()
-			if len(q.waiting) == 0 {
-				delete(s.queues, account)
-				s.mu.Unlock()
-				return
-			}
-		}
-		wait := s.window - time.Since(q.waiting[0].arrived)
-		complete := q.complete(s.max)
-		s.mu.Unlock()
-		if !complete && wait > 0 {
-			timer := time.NewTimer(wait)
-			select {
-			case <-timer.C:
-			case <-q.full:
-			}
-			timer.Stop()
-		}
-		if group := s.take(q); len(group) > 0 {
-			s.commit(group)
-		}
-	}
-}
-
-// awaitArrival waits up to one window for a posting to arrive and reports whether one did.
-func (s *Poster) awaitArrival(q *postQueue) bool {
-	timer := time.NewTimer(s.window)
-	defer timer.Stop()
-	select {
-	case <-q.arrival:
-		return true
-	case <-timer.C:
-		return false
-	}
-}
-
-// take removes up to MaxGroup waiting postings, skipping those whose callers already left.
-func (s *Poster) take(q *postQueue) []*member {
-	s.mu.Lock()
-	n := min(len(q.waiting), s.max)
-	batch := q.waiting[:n:n]
-	q.waiting = slices.Clone(q.waiting[n:])
-	q.last = n
-	select {
-	case <-q.full:
-	default:
-	}
-	s.mu.Unlock()
-
-	group := make([]*member, 0, len(batch))
-	for _, m := range batch {
-		if !m.state.CompareAndSwap(memberWaiting, memberTaken) {
-			continue
-		}
-		if err := m.ctx.Err(); err != nil {
-			m.answer <- outcome{err: fmt.Errorf("post %s entry for %s: %w", m.posting.Kind, m.posting.AccountID, err)}
-			continue
-		}
-		group = append(group, m)
-	}
-	return group
+	return s.queue.do(ctx, p.AccountID, p)
 }
 
 // errPostAlone: the group cannot be planned as one (its account is missing); each member's own
@@ -241,7 +92,7 @@ var errPostAlone = errors.New("post the group's members one by one")
 // another transaction); the transaction rolled back and the group is planned again, keys read first.
 var errRegroup = errors.New("plan the group again")
 
-func (s *Poster) commit(group []*member) {
+func (s *Poster) commit(_ string, group []*member) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	if len(group) == 1 {
@@ -268,8 +119,8 @@ func (s *Poster) commit(group []*member) {
 		for i, m := range group {
 			// Posted entries were counted by Ledger.Posted; replays and conflicts settled in the group
 			// are counted here, as Post counts them.
-			if o := outcomes[i]; !o.posted.Posted {
-				s.ledger.observeTaken(m.posting.Kind, o.err)
+			if o := outcomes[i]; !o.ans.Posted {
+				s.ledger.observeTaken(m.req.Kind, o.err)
 			}
 			m.answer <- outcomes[i]
 		}
@@ -294,10 +145,10 @@ func (s *Poster) postAlone(ctx context.Context, m *member) {
 	var out Posted
 	err := InTx(ctx, s.pool, func(tx Tx) error {
 		var err error
-		out, err = s.ledger.Post(ctx, tx, m.posting)
+		out, err = s.ledger.Post(ctx, tx, m.req)
 		return err
 	})
-	m.answer <- outcome{posted: out, err: err}
+	m.answer <- outcome{ans: out, err: err}
 }
 
 // lostLockRace reports a deadlock or serialization failure: the group rolled back and may simply run
@@ -314,7 +165,7 @@ func lostLockRace(err error) bool {
 // insert, which then returns no row for it) rolls the group back with errRegroup. Skipping the read
 // keeps the common case at one statement per step, and its plan safe on a ledger without statistics.
 func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) ([]outcome, error) {
-	account := group[0].posting.AccountID
+	account := group[0].req.AccountID
 	var outcomes []outcome
 	err := InTx(ctx, s.pool, func(tx Tx) error {
 		// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
@@ -357,11 +208,11 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 
 		posted := make([]Posted, len(plan.insert))
 		for k, i := range plan.insert {
-			outcomes[i] = outcome{posted: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
-			posted[k] = outcomes[i].posted
+			outcomes[i] = outcome{ans: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
+			posted[k] = outcomes[i].ans
 		}
 		for i, first := range plan.duplicateOf {
-			outcomes[i] = settled(replayOrConflict(outcomes[first].posted.Entry, group[i].posting))
+			outcomes[i] = settled(replayOrConflict(outcomes[first].ans.Entry, group[i].req))
 		}
 		return s.ledger.Posted(ctx, tx, posted)
 	})
@@ -372,8 +223,8 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) 
 func groupKeys(group []*member) []string {
 	var keys []string
 	for _, m := range group {
-		if m.posting.DedupeKey != "" {
-			keys = append(keys, m.posting.DedupeKey)
+		if m.req.DedupeKey != "" {
+			keys = append(keys, m.req.DedupeKey)
 		}
 	}
 	return keys
@@ -408,8 +259,8 @@ type groupPlan struct {
 func (plan groupPlan) refusedKeys(group []*member) []string {
 	var keys []string
 	for i, o := range plan.outcomes {
-		if o.err != nil && group[i].posting.DedupeKey != "" {
-			keys = append(keys, group[i].posting.DedupeKey)
+		if o.err != nil && group[i].req.DedupeKey != "" {
+			keys = append(keys, group[i].req.DedupeKey)
 		}
 	}
 	return keys
@@ -423,7 +274,7 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 	plan := groupPlan{outcomes: make([]outcome, len(group)), duplicateOf: map[int]int{}, balance: start}
 	claimed := map[string]int{}
 	for i, m := range group {
-		p := m.posting
+		p := m.req
 		if p.DedupeKey != "" {
 			if prior, ok := stored[p.DedupeKey]; ok {
 				plan.outcomes[i] = settled(replayOrConflict(prior, p))
@@ -462,9 +313,9 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 	if len(insert) == 0 {
 		return nil, nil
 	}
-	arg := dbsqlc.LedgerInsertGroupParams{AccountID: group[insert[0]].posting.AccountID}
+	arg := dbsqlc.LedgerInsertGroupParams{AccountID: group[insert[0]].req.AccountID}
 	for _, i := range insert {
-		p := group[i].posting
+		p := group[i].req
 		arg.Kinds = append(arg.Kinds, p.Kind)
 		arg.Amounts = append(arg.Amounts, p.Amount)
 		arg.Descriptions = append(arg.Descriptions, p.Description)
@@ -477,7 +328,7 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 		return nil, errRegroup
 	}
 	if err != nil {
-		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].posting.AccountID, err)
+		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].req.AccountID, err)
 	}
 	if len(rows) != len(insert) {
 		return nil, errRegroup
@@ -486,7 +337,7 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 	slices.SortFunc(rows, func(a, b dbsqlc.LedgerInsertGroupRow) int { return cmp.Compare(a.ID, b.ID) })
 	entries := make([]Entry, len(rows))
 	for k, i := range insert {
-		p := group[i].posting
+		p := group[i].req
 		if deref(rows[k].DedupeKey) != p.DedupeKey {
 			return nil, fmt.Errorf("inserted entries came back out of order: row %d has key %q, expected %q", rows[k].ID, deref(rows[k].DedupeKey), p.DedupeKey)
 		}
@@ -500,4 +351,4 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 }
 
 // settled wraps one member's answer.
-func settled(posted Posted, err error) outcome { return outcome{posted: posted, err: err} }
+func settled(posted Posted, err error) outcome { return outcome{ans: posted, err: err} }

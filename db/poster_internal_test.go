@@ -10,7 +10,7 @@ import (
 func TestPlanGroupAdmitsInArrivalOrder(t *testing.T) {
 	t.Parallel()
 	debit := func(key string, amount int64) *member {
-		return &member{posting: Posting{AccountID: "a", Kind: KindAdjustment, Amount: amount, DedupeKey: key, NoOverdraw: true}}
+		return &member{req: Posting{AccountID: "a", Kind: KindAdjustment, Amount: amount, DedupeKey: key, NoOverdraw: true}}
 	}
 	group := []*member{
 		debit("k1", -60), // 100 → 40
@@ -39,7 +39,7 @@ func TestPlanGroupAdmitsInArrivalOrder(t *testing.T) {
 	if plan.duplicateOf[4] != 2 || plan.duplicateOf[5] != 2 || len(plan.duplicateOf) != 2 {
 		t.Fatalf("duplicates %v, want members 4 and 5 of member 2", plan.duplicateOf)
 	}
-	if o := plan.outcomes[6]; o.err != nil || o.posted.Posted || o.posted.Entry.ID != 7 {
+	if o := plan.outcomes[6]; o.err != nil || o.ans.Posted || o.ans.Entry.ID != 7 {
 		t.Fatalf("replay of a stored key = %+v, want posted=false with entry 7", o)
 	}
 }

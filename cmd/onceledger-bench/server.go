@@ -102,6 +102,52 @@ func (s *server) statusKB(field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
+// cpuTime is the CPU time the process pid has used so far (user and system, /proc/<pid>/stat):
+// differences over a workload, divided by its requests, give the CPU per request, which moves far less
+// than throughput when other work shares the machine.
+func cpuTime(pid int) (time.Duration, error) {
+	body, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after its closing parenthesis do not.
+	fields := strings.Fields(string(body[strings.LastIndexByte(string(body), ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("short /proc stat: %q", body)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] { // utime, stime: fields 14 and 15 of the whole line
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux.
+const clockTicks = 100
+
+// cpuPerOp runs measured and notes the CPU per successful operation of the server and of this
+// process, the load generator, whose HTTP client shares the machine's cores with the server.
+func (s *server) cpuPerOp(measured func() result) (result, string) {
+	pids := []int{s.cmd.Process.Pid, os.Getpid()}
+	var before, after [2]time.Duration
+	for i, pid := range pids {
+		before[i], _ = cpuTime(pid)
+	}
+	r := measured()
+	for i, pid := range pids {
+		after[i], _ = cpuTime(pid)
+	}
+	if r.ops == 0 || before[0] == 0 || after[0] == 0 {
+		return r, ""
+	}
+	perOp := func(i int) float64 { return float64(after[i]-before[i]) / float64(time.Microsecond) / float64(r.ops) }
+	return r, fmt.Sprintf("CPU per request: server %.0f µs, load generator %.0f µs", perOp(0), perOp(1))
+}
+
 // stop asks the server to shut down gracefully and waits for it.
 func (s *server) stop() error {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {

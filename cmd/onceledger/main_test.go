@@ -61,9 +61,15 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // carries the profiler label serve=<test name> (see serverGoroutines).
 func startServe(t *testing.T, vars map[string]string) string {
 	t.Helper()
+	return startServeWithOutput(t, vars, &output{})
+}
+
+// startServeWithOutput is startServe, with what serve prints collected in stdout.
+func startServeWithOutput(t *testing.T, vars map[string]string, stdout *output) string {
+	t.Helper()
 	vars["ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := &output{}, &output{}
+	stderr := &output{}
 	done := make(chan error, 1)
 	go pprof.Do(ctx, pprof.Labels("serve", t.Name()), func(ctx context.Context) {
 		done <- run(ctx, []string{"serve"}, getenvFrom(vars), stdout, stderr)

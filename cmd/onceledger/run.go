@@ -108,11 +108,11 @@ func (e env) databaseURL(ctx context.Context) (string, error) {
 	return pglocal.Database(ctx, server, "onceledger")
 }
 
-// openPool opens the configured database.
+// openPool opens the configured database, sized by DB_MAX_CONNS.
 func (e env) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	url, err := e.databaseURL(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return db.Open(ctx, url)
+	return db.OpenSized(ctx, url, e.cfg.DBMaxConns)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/onceledger/onceledger/api"
@@ -46,6 +47,15 @@ func serve(ctx context.Context, e env) error {
 	fmt.Fprintf(e.stdout, "onceledger %s listening on http://%s\n", version, ln.Addr())
 	e.log.Info("serving", "addr", ln.Addr().String(), "version", version)
 
+	if e.cfg.PprofAddr != "" {
+		stop, err := servePprof(e)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
+	}
+
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer startReconciler(ctx, e, w, reconcile.NewMetrics(m.Registry))()
@@ -65,4 +75,33 @@ func serve(ctx context.Context, e env) error {
 		return err
 	}
 	return nil
+}
+
+// servePprof serves net/http/pprof on PPROF_ADDR (loopback only, checked by config) until stop: the
+// profiles of the running server, for finding what a request costs. Its own mux, so that nothing of
+// it reaches the API's listener.
+func servePprof(e env) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", e.cfg.PprofAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for pprof on %s: %w", e.cfg.PprofAddr, err)
+	}
+	// No write timeout: a CPU profile or a trace streams for as long as it was asked to.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(e.stdout, "pprof listening on http://%s/debug/pprof/\n", ln.Addr())
+	e.log.Info("pprof", "addr", ln.Addr().String())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return func() {
+		_ = srv.Close()
+		<-done
+	}, nil
 }

@@ -34,17 +34,32 @@ WHERE account_id = @account_id
   AND id = ANY(@ids::text[]);
 
 -- name: HoldsInsertGroup :many
--- Inserts a group's admitted holds of one account in one statement, the arrays read in lockstep.
--- holds_pkey still holds: an id inserted meanwhile by another transaction returns no row for it, and
--- the caller plans the group again. The caller reserves their sum with AccountsHeldReserve in the
--- same transaction.
-INSERT INTO holds (account_id, id, amount, expires_at)
-SELECT @account_id::text,
-       unnest(@ids::text[]),
-       unnest(@amounts::bigint[]),
-       now() + make_interval(secs => unnest(@expires_in_seconds::double precision[]))
-ON CONFLICT (account_id, id) DO NOTHING
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
+-- Inserts a group's admitted holds of one account and reserves their sum, in one statement (one round
+-- trip), the arrays read in lockstep. The account is locked by HoldsAccountLock first, so the sum was
+-- admitted against its current row; the reservation keeps AccountsHeldReserve's condition all the
+-- same (balance - held covers the sum), and reserved says whether it held: false means the plan was
+-- wrong and the caller must roll back. holds_pkey still holds: an id inserted before (a replay) or
+-- meanwhile by another transaction returns no row for it, and the caller rolls back and plans the group
+-- again with the stored ids read first.
+WITH inserted AS (
+    INSERT INTO holds (account_id, id, amount, expires_at)
+    SELECT @account_id::text,
+           unnest(@ids::text[]),
+           unnest(@amounts::bigint[]),
+           now() + make_interval(secs => unnest(@expires_in_seconds::double precision[]))
+    ON CONFLICT (account_id, id) DO NOTHING
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+), reserved AS (
+    UPDATE accounts
+    SET held = held + (SELECT sum(amount) FROM inserted)
+    WHERE id = @account_id::text
+      AND balance - held >= (SELECT sum(amount) FROM inserted)
+    RETURNING id
+)
+SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
+       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at,
+       EXISTS (SELECT 1 FROM reserved)::boolean AS reserved
+FROM inserted;
 
 -- name: HoldsGet :one
 -- Returns no row when the account has no hold with this id.

@@ -467,13 +467,25 @@ func (q *Queries) HoldsInsert(ctx context.Context, arg HoldsInsertParams) (Hold,
 }
 
 const holdsInsertGroup = `-- name: HoldsInsertGroup :many
-INSERT INTO holds (account_id, id, amount, expires_at)
-SELECT $1::text,
-       unnest($2::text[]),
-       unnest($3::bigint[]),
-       now() + make_interval(secs => unnest($4::double precision[]))
-ON CONFLICT (account_id, id) DO NOTHING
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+WITH inserted AS (
+    INSERT INTO holds (account_id, id, amount, expires_at)
+    SELECT $1::text,
+           unnest($2::text[]),
+           unnest($3::bigint[]),
+           now() + make_interval(secs => unnest($4::double precision[]))
+    ON CONFLICT (account_id, id) DO NOTHING
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+), reserved AS (
+    UPDATE accounts
+    SET held = held + (SELECT sum(amount) FROM inserted)
+    WHERE id = $1::text
+      AND balance - held >= (SELECT sum(amount) FROM inserted)
+    RETURNING id
+)
+SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
+       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at,
+       EXISTS (SELECT 1 FROM reserved)::boolean AS reserved
+FROM inserted
 `
 
 type HoldsInsertGroupParams struct {
@@ -483,11 +495,27 @@ type HoldsInsertGroupParams struct {
 	ExpiresInSeconds []float64
 }
 
-// Inserts a group's admitted holds of one account in one statement, the arrays read in lockstep.
-// holds_pkey still holds: an id inserted meanwhile by another transaction returns no row for it, and
-// the caller plans the group again. The caller reserves their sum with AccountsHeldReserve in the
-// same transaction.
-func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupParams) ([]Hold, error) {
+type HoldsInsertGroupRow struct {
+	AccountID      string
+	ID             string
+	Amount         int64
+	Status         string
+	CapturedAmount *int64
+	DecisionID     *string
+	ExpiresAt      time.Time
+	CreatedAt      time.Time
+	ResolvedAt     *time.Time
+	Reserved       bool
+}
+
+// Inserts a group's admitted holds of one account and reserves their sum, in one statement (one round
+// trip), the arrays read in lockstep. The account is locked by HoldsAccountLock first, so the sum was
+// admitted against its current row; the reservation keeps AccountsHeldReserve's condition all the
+// same (balance - held covers the sum), and reserved says whether it held: false means the plan was
+// wrong and the caller must roll back. holds_pkey still holds: an id inserted before (a replay) or
+// meanwhile by another transaction returns no row for it, and the caller rolls back and plans the group
+// again with the stored ids read first.
+func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupParams) ([]HoldsInsertGroupRow, error) {
 	rows, err := q.db.Query(ctx, holdsInsertGroup,
 		arg.AccountID,
 		arg.IDs,
@@ -498,9 +526,9 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Hold{}
+	items := []HoldsInsertGroupRow{}
 	for rows.Next() {
-		var i Hold
+		var i HoldsInsertGroupRow
 		if err := rows.Scan(
 			&i.AccountID,
 			&i.ID,
@@ -511,6 +539,7 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 			&i.ExpiresAt,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Reserved,
 		); err != nil {
 			return nil, err
 		}
