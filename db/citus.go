@@ -39,8 +39,8 @@ var keyedTables = [][2]string{
 const citusMarker = "dedupe_claims"
 
 // distribute runs the distribute step when the citus extension is present, and does nothing otherwise.
-func distribute(ctx context.Context, databaseURL string) error {
-	conn, err := pgx.Connect(ctx, databaseURL)
+func distribute(ctx context.Context, config *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, config.Copy())
 	if err != nil {
 		return fmt.Errorf("distribute: %w", err)
 	}

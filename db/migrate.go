@@ -26,9 +26,10 @@ import (
 // job queue that carries notifications, whose tables live in the same database). Close it when done:
 // an open instance keeps a connection, which blocks using the database as a template.
 type Migrations struct {
-	m   *migrate.Migrate
-	db  *sql.DB
-	url string
+	m    *migrate.Migrate
+	db   *sql.DB
+	url  string
+	conn *pgx.ConnConfig // the URL without its pool_* parameters, for the distribute step's own connection
 }
 
 // OpenMigrations prepares the embedded migrations for the database at databaseURL.
@@ -45,7 +46,7 @@ func OpenMigrations(databaseURL string) (*Migrations, error) {
 		_ = sqlDB.Close()
 		return nil, err
 	}
-	return &Migrations{m: m, db: sqlDB, url: databaseURL}, nil
+	return &Migrations{m: m, db: sqlDB, url: databaseURL, conn: cfg.ConnConfig}, nil
 }
 
 func newMigrate(sqlDB *sql.DB) (*migrate.Migrate, error) {
@@ -70,7 +71,7 @@ func (ms *Migrations) Up() error {
 	if err := ms.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	if err := distribute(context.Background(), ms.url); err != nil {
+	if err := distribute(context.Background(), ms.conn); err != nil {
 		return err
 	}
 	return ms.withRiver(func(ctx context.Context, rm *rivermigrate.Migrator[pgx.Tx]) error {
