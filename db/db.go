@@ -15,11 +15,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// Option configures the pool Open returns.
+type Option func(*poolConfig)
+
+type poolConfig = pgxpool.Config
+
 // Open returns a pool for databaseURL after checking that the database answers.
-func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
