@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"cmp"
+	"errors"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -487,6 +488,75 @@ func TestLotsHundredLotAccountBilled(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(DISTINCT entry_id)::int FROM lot_draws d JOIN ledger l ON l.id = d.entry_id WHERE l.kind = 'usage'`); n != 1234 {
 		t.Fatalf("%d usage entries drew lots, want 1234", n)
+	}
+	verifyClean(t, pool)
+}
+
+// PAID_CREDIT_TTL and GRANT_TTL reach every connection of the pool: a top-up's lot expires after the
+// first, the signup grant's after the second, a positive adjustment's as it asked (never by default).
+func TestLotsTTLsFromThePool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbtest.URL(t), db.WithLotTTLs(720*time.Hour, 90*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	created, err := ledger.CreateAccount(ctx, pool, "acct", "usd", 500)
+	if err != nil || !created.Granted {
+		t.Fatalf("create account: %+v, %v", created, err)
+	}
+	grant, err := db.Entries(ctx, pool, "acct", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindTopup, Amount: 100, DedupeKey: "t1", PaymentIntent: "pi_1"})
+	adj := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindAdjustment, Amount: 5, DedupeKey: "a1"})
+	for _, c := range []struct {
+		entry    db.Entry
+		category string
+		ttl      time.Duration
+	}{{grant[0], db.LotPromotional, 90 * time.Minute}, {top, db.LotPaid, 720 * time.Hour}, {adj, db.LotPromotional, 0}} {
+		l := lotOf(t, pool, "acct", c.entry)
+		if l.Category != c.category || l.Priority != db.DefaultLotPriority {
+			t.Errorf("%s lot: %s priority %d, want %s %d", c.entry.Kind, l.Category, l.Priority, c.category, db.DefaultLotPriority)
+		}
+		switch {
+		case c.ttl == 0 && l.ExpiresAt != nil:
+			t.Errorf("%s lot expires at %s, want never", c.entry.Kind, l.ExpiresAt)
+		case c.ttl != 0 && (l.ExpiresAt == nil || !l.ExpiresAt.Equal(c.entry.CreatedAt.Add(c.ttl))):
+			t.Errorf("%s lot expires at %v, want %s after %s", c.entry.Kind, l.ExpiresAt, c.ttl, c.entry.CreatedAt)
+		}
+	}
+}
+
+// Voiding posts a void entry for what is left, once; the lot is closed and never drawn again.
+func TestLotsVoid(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	createAccount(t, pool, "acct")
+	a := adjust(t, pool, "acct", "a", 50, db.LotTerms{Category: db.LotPromotional, Priority: 0})
+	b := adjust(t, pool, "acct", "b", 50, db.LotTerms{Category: db.LotPaid, Priority: 50})
+	use(t, pool, "acct", "u1", 20)
+	lot := lotOf(t, pool, "acct", a)
+	voided, err := ledger.VoidLot(ctx, pool, lot.ID)
+	if err != nil || !voided.Posted || voided.Entry.Amount != -30 || voided.Entry.Kind != db.KindVoid || voided.Lot.ClosedAt == nil {
+		t.Fatalf("void: %+v, %v; want a void entry of -30 and a closed lot", voided, err)
+	}
+	again, err := ledger.VoidLot(ctx, pool, lot.ID)
+	if err != nil || again.Posted {
+		t.Fatalf("void again: %+v, %v; want nothing posted", again, err)
+	}
+	d := use(t, pool, "acct", "u2", 10)
+	if got := drawsOf(t, pool, "acct", d); len(got) != 1 || got[0].LotID != lotOf(t, pool, "acct", b).ID {
+		t.Fatalf("after the void a debit drew %v, want the other lot", got)
+	}
+	if _, err := ledger.VoidLot(ctx, pool, 999_999); !errors.Is(err, db.ErrLotNotFound) {
+		t.Fatalf("void of no lot: %v, want ErrLotNotFound", err)
+	}
+	if b := balance(t, pool, "acct"); b != 40 {
+		t.Fatalf("balance %d, want 40", b)
 	}
 	verifyClean(t, pool)
 }

@@ -114,5 +114,5 @@ func (e env) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return db.Open(ctx, url)
+	return db.Open(ctx, url, db.WithLotTTLs(e.cfg.PaidCreditTTL, e.cfg.GrantTTL))
 }
