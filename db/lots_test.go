@@ -2,8 +2,8 @@ package db_test
 
 import (
 	"cmp"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"

@@ -99,12 +99,12 @@ func New(deps Deps, opts Options) *Reconciler {
 // Report is what one pass did.
 type Report struct {
 	// Full is true when billing started from seq 0.
-	Full     bool
-	Bill     BillReport
-	Expired  db.HoldsExpired
+	Full    bool
+	Bill    BillReport
+	Expired db.HoldsExpired
 	// LotsExpired are the expiry entries the pass posted.
 	LotsExpired int
-	Recovery RecoveryReport
+	Recovery    RecoveryReport
 }
 
 // Pass bills what is unbilled, then expires the holds whose time is up (after billing, so that a
