@@ -58,6 +58,7 @@ var errorTable = []struct {
 	{db.ErrHoldCaptured, http.StatusConflict, "hold_captured"},
 	{db.ErrHoldVoided, http.StatusConflict, "hold_voided"},
 	{db.ErrHoldExpired, http.StatusConflict, "hold_expired"},
+	{db.ErrLotNotFound, http.StatusNotFound, "lot_not_found"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
