@@ -285,12 +285,14 @@ func boolInt(b bool) int {
 }
 
 // The lots depend on the order of the account's entries alone, which its row lock fixes: the same
-// credits and debits, posted from concurrent transactions in random interleavings, end in exactly the
-// lots a replay of the ledger in seq order gives, for several seeds.
+// credits and debits, posted from concurrent transactions in random interleavings (half of them through
+// group commit, whose statements mix credits and debits), end in exactly the lots a replay of the
+// ledger in seq order gives, for several seeds.
 func TestLotsFollowTheLedgerOrderUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: 5 * time.Millisecond})
 	for seed := range uint64(4) {
 		account := fmt.Sprintf("acct_%d", seed)
 		createAccount(t, pool, account)
@@ -322,7 +324,13 @@ func TestLotsFollowTheLedgerOrderUnderConcurrency(t *testing.T) {
 							t.Error(err)
 						}
 					}
-					if _, err := post(t, pool, ops[i]); err != nil {
+					var err error
+					if w%2 == 0 {
+						_, err = poster.Post(ctx, ops[i])
+					} else {
+						_, err = post(t, pool, ops[i])
+					}
+					if err != nil {
 						t.Error(err)
 					}
 				}
@@ -557,6 +565,29 @@ func TestLotsVoid(t *testing.T) {
 	}
 	if b := balance(t, pool, "acct"); b != 40 {
 		t.Fatalf("balance %d, want 40", b)
+	}
+	verifyClean(t, pool)
+}
+
+// A hold's capture is a debit like any other: it draws the lots in order.
+func TestLotsHoldCaptureDraws(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	createAccount(t, pool, "acct")
+	paid := adjust(t, pool, "acct", "p", 100, db.LotTerms{Category: db.LotPaid, Priority: 50})
+	promo := adjust(t, pool, "acct", "q", 30, db.LotTerms{Category: db.LotPromotional, Priority: 50})
+	if _, err := db.AuthoriseHold(ctx, pool, "acct", "h1", 50, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	captured, err := ledger.CaptureHold(ctx, pool, "acct", "h1", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []db.Draw{{lotOf(t, pool, "acct", paid).ID, 20}, {lotOf(t, pool, "acct", promo).ID, 30}}
+	slices.SortFunc(want, func(a, b db.Draw) int { return cmp.Compare(a.LotID, b.LotID) })
+	if got := drawsOf(t, pool, "acct", captured.Entry); !slices.Equal(got, want) {
+		t.Fatalf("capture drew %v, want %v", got, want)
 	}
 	verifyClean(t, pool)
 }
