@@ -4,7 +4,7 @@ DROP TRIGGER ledger_lots ON ledger;
 DROP FUNCTION ledger_lots_apply();
 DROP FUNCTION lots_ttl(text);
 DROP FUNCTION lots_repay(text);
-DROP FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint);
+DROP FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean);
 DROP TABLE lot_terms, lot_debts, lot_refills, lot_draws, credit_lots;
 ALTER TABLE ledger DROP CONSTRAINT ledger_kind_sign_check;
 ALTER TABLE ledger ADD CONSTRAINT ledger_kind_sign_check CHECK (

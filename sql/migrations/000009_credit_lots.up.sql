@@ -201,7 +201,7 @@ COMMENT ON CONSTRAINT lot_terms_priority_check ON lot_terms IS
 -- lots_draw allocates debits (or repaid debts) across the open lots of their accounts in draw order, in
 -- one statement of running sums: the demands in seq order per account against the lots' remaining in
 -- draw order, each overlap of the two running intervals a draw.
-CREATE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint)
+CREATE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint, p_repay boolean)
     RETURNS void
     LANGUAGE sql AS
 $$
@@ -212,28 +212,33 @@ WITH demand AS (
 ), totals AS (
     SELECT account_id, sum(need) AS total FROM demand GROUP BY account_id
 ), supply AS MATERIALIZED (
-    -- Only the lots the demands reach: a chunk of usage rarely gets past the first.
-    SELECT account_id, lot_id, remaining, lo
-    FROM (
-        SELECT l.account_id, l.id AS lot_id, l.remaining, t.total,
+    -- Per account (a lateral: many small in-memory sorts, not one sort of every lot), and only the
+    -- lots the demands reach: a chunk of usage rarely gets past the first.
+    SELECT t.account_id, s.lot_id, s.remaining, s.lo
+    FROM totals t
+    CROSS JOIN LATERAL (
+        SELECT l.id AS lot_id, l.remaining,
                sum(l.remaining) OVER (
-                   PARTITION BY l.account_id
                    ORDER BY coalesce(l.id = p_first_lot, false) DESC, l.priority, l.expires_at NULLS LAST,
                             l.category = 'paid', l.id
                    ROWS UNBOUNDED PRECEDING) - l.remaining AS lo
         FROM credit_lots l
-        JOIN totals t ON t.account_id = l.account_id
-        WHERE l.closed_at IS NULL AND l.remaining > 0
+        WHERE l.account_id = t.account_id AND l.closed_at IS NULL AND l.remaining > 0
     ) s
-    WHERE s.lo < s.total
+    WHERE s.lo < t.total
 ), draws AS MATERIALIZED (
     SELECT d.account_id, d.entry_id, s.lot_id,
            (least(d.lo + d.need, s.lo + s.remaining) - greatest(d.lo, s.lo))::bigint AS amount
     FROM demand d
     JOIN supply s ON s.account_id = d.account_id AND s.lo < d.lo + d.need AND d.lo < s.lo + s.remaining
 ), drawn AS (
+    -- New debits draw for the first time: a plain insert (billing's path).
     INSERT INTO lot_draws (account_id, entry_id, lot_id, amount)
-    SELECT account_id, entry_id, lot_id, amount FROM draws
+    SELECT account_id, entry_id, lot_id, amount FROM draws WHERE NOT p_repay
+), redrawn AS (
+    -- A repaid debit may draw again from a lot it drew before (refilled since): add to that row.
+    INSERT INTO lot_draws (account_id, entry_id, lot_id, amount)
+    SELECT account_id, entry_id, lot_id, amount FROM draws WHERE p_repay
     ON CONFLICT (account_id, entry_id, lot_id) DO UPDATE SET amount = lot_draws.amount + excluded.amount
 ), lots AS (
     UPDATE credit_lots l
@@ -255,17 +260,17 @@ USING uncovered u
 WHERE u.uncovered = 0 AND x.account_id = u.account_id AND x.entry_id = u.entry_id;
 $$;
 
-COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint) IS
+COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean) IS
     'Draws the demands (account, entry, seq, amount needed; arrays in lockstep) from their accounts'' open '
     'lots in draw order (p_first_lot first, when given), set-based: lot_draws, lots'' remaining, and '
-    'lot_debts for what no lot covered (a repaid debt''s row is updated or deleted). Called by ledger_lots '
-    'under the accounts'' row locks.';
+    'lot_debts for what no lot covered. p_repay: the demands are debts already owed (their lot_debts rows '
+    'are updated or deleted). Called by ledger_lots under the accounts'' row locks.';
 
 -- lots_repay lets an account's debts draw its open lots, oldest debit first.
 CREATE FUNCTION lots_repay(p_account text) RETURNS void
     LANGUAGE sql AS
 $$
-SELECT lots_draw(array_agg(account_id), array_agg(entry_id), array_agg(seq), array_agg(uncovered), NULL)
+SELECT lots_draw(array_agg(account_id), array_agg(entry_id), array_agg(seq), array_agg(uncovered), NULL, true)
 FROM lot_debts
 WHERE account_id = p_account
 HAVING count(*) > 0;
@@ -300,7 +305,7 @@ BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM new_entries WHERE amount > 0 OR kind IN ('refund', 'dispute', 'expiry', 'void')
     ) THEN
-        PERFORM lots_draw(array_agg(account_id), array_agg(id), array_agg(seq), array_agg(-amount), NULL)
+        PERFORM lots_draw(array_agg(account_id), array_agg(id), array_agg(seq), array_agg(-amount), NULL, false)
         FROM new_entries
         HAVING count(*) > 0;
         RETURN NULL;
@@ -334,7 +339,7 @@ BEGIN
                 ORDER BY l.id
                 LIMIT 1;
             END IF;
-            PERFORM lots_draw(ARRAY[e.account_id], ARRAY[e.id], ARRAY[e.seq], ARRAY[-e.amount], first_lot);
+            PERFORM lots_draw(ARRAY[e.account_id], ARRAY[e.id], ARRAY[e.seq], ARRAY[-e.amount], first_lot, false);
 
         WHEN e.kind IN ('refund_restore', 'dispute_won') THEN
             -- The reversal it undoes: the key of the same refund or dispute.
