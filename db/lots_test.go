@@ -591,3 +591,46 @@ func TestLotsHoldCaptureDraws(t *testing.T) {
 	}
 	verifyClean(t, pool)
 }
+
+// The README's worked example, step by step.
+func TestLotsReadmeExample(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct")
+	grant := adjust(t, pool, "acct", "grant", 500, db.LotTerms{Category: db.LotPromotional, Priority: 50, ExpiresAt: at(30 * 24 * time.Hour)})
+	topA := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindTopup, Amount: 2000, DedupeKey: "stripe:evt_A", PaymentIntent: "pi_A"})
+	goodwill := adjust(t, pool, "acct", "goodwill", 300, db.LotTerms{Category: db.LotPromotional, Priority: 10})
+	left := func(e db.Entry) int64 { return lotOf(t, pool, "acct", e).Remaining }
+
+	use(t, pool, "acct", "u1", 1000)
+	if g, w, a := left(grant), left(goodwill), left(topA); g != 0 || w != 0 || a != 1800 {
+		t.Fatalf("after the usage: grant %d, goodwill %d, top-up %d; want 0, 0, 1800", g, w, a)
+	}
+	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefund, Amount: -1900, DedupeKey: "stripe:refund:re_A", PaymentIntent: "pi_A"})
+	if a, b, d := left(topA), balance(t, pool, "acct"), debt(t, pool, "acct"); a != 0 || b != -100 || d != 100 {
+		t.Fatalf("after the refund: top-up %d, balance %d, debt %d; want 0, -100, 100", a, b, d)
+	}
+	topB := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindTopup, Amount: 1000, DedupeKey: "stripe:evt_B", PaymentIntent: "pi_B"})
+	if b, l, d := balance(t, pool, "acct"), lotOf(t, pool, "acct", topB), debt(t, pool, "acct"); b != 900 || l.Amount != 1000 || l.Remaining != 900 || d != 0 {
+		t.Fatalf("after the second top-up: balance %d, lot %d/%d, debt %d; want 900, 900/1000, 0", b, l.Remaining, l.Amount, d)
+	}
+	verifyClean(t, pool)
+}
+
+// The README's alternative: the refund fails before the second top-up; its credit goes back to the
+// top-up's lot and the 100 of debt it made is cancelled.
+func TestLotsReadmeExampleRefundFailed(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct")
+	adjust(t, pool, "acct", "grant", 500, db.LotTerms{Category: db.LotPromotional, Priority: 50, ExpiresAt: at(30 * 24 * time.Hour)})
+	topA := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindTopup, Amount: 2000, DedupeKey: "stripe:evt_A", PaymentIntent: "pi_A"})
+	adjust(t, pool, "acct", "goodwill", 300, db.LotTerms{Category: db.LotPromotional, Priority: 10})
+	use(t, pool, "acct", "u1", 1000)
+	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefund, Amount: -1900, DedupeKey: "stripe:refund:re_A", PaymentIntent: "pi_A"})
+	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefundRestore, Amount: 1900, DedupeKey: "stripe:refund-failed:re_A", PaymentIntent: "pi_A"})
+	if a, b, d := lotOf(t, pool, "acct", topA).Remaining, balance(t, pool, "acct"), debt(t, pool, "acct"); a != 1800 || b != 1800 || d != 0 {
+		t.Fatalf("after the failed refund: top-up %d, balance %d, debt %d; want 1800, 1800, 0", a, b, d)
+	}
+	verifyClean(t, pool)
+}
