@@ -91,8 +91,9 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 }
 
 // lotViolations checks SPEC §12: every lot's remaining is its amount less its draws plus its refills
-// (and a closed lot holds nothing); every account's balance is its open lots' remaining less its debt;
-// no open lot is past its expiry by more than grace.
+// (and a closed lot holds nothing); every account's balance (its last entry's balance_after: the cached
+// balance is checked above) is its open lots' remaining less its debt; no open lot is past its expiry
+// by more than grace.
 func lotViolations(ctx context.Context, queries *dbsqlc.Queries, grace time.Duration) ([]Violation, error) {
 	var out []Violation
 	lots, err := queries.CreditLotsRemainingMismatches(ctx)

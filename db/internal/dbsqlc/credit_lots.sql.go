@@ -11,15 +11,21 @@ import (
 )
 
 const creditLotsBalanceMismatches = `-- name: CreditLotsBalanceMismatches :many
-SELECT a.id, a.balance, coalesce(l.open, 0)::bigint AS open_remaining, coalesce(d.debt, 0)::bigint AS debt
-FROM accounts a
-LEFT JOIN (
-    SELECT account_id, sum(remaining) AS open FROM credit_lots WHERE closed_at IS NULL GROUP BY account_id
-) l ON l.account_id = a.id
-LEFT JOIN (SELECT account_id, sum(uncovered) AS debt FROM lot_debts GROUP BY account_id) d ON d.account_id = a.id
-WHERE a.balance <> coalesce(l.open, 0) - coalesce(d.debt, 0)
-   OR (coalesce(l.open, 0) > 0 AND coalesce(d.debt, 0) > 0)
-ORDER BY a.id
+SELECT b.id, b.balance, b.open_remaining, b.debt
+FROM (
+    SELECT a.id,
+           coalesce((SELECT e.balance_after FROM ledger e WHERE e.account_id = a.id ORDER BY e.seq DESC LIMIT 1), 0)::bigint
+               AS balance,
+           coalesce(l.open, 0)::bigint AS open_remaining, coalesce(d.debt, 0)::bigint AS debt
+    FROM accounts a
+    LEFT JOIN (
+        SELECT account_id, sum(remaining) AS open FROM credit_lots WHERE closed_at IS NULL GROUP BY account_id
+    ) l ON l.account_id = a.id
+    LEFT JOIN (SELECT account_id, sum(uncovered) AS debt FROM lot_debts GROUP BY account_id) d ON d.account_id = a.id
+) b
+WHERE b.balance <> b.open_remaining - b.debt
+   OR (b.open_remaining > 0 AND b.debt > 0)
+ORDER BY b.id
 LIMIT 1000
 `
 
@@ -30,8 +36,10 @@ type CreditLotsBalanceMismatchesRow struct {
 	Debt          int64
 }
 
-// Accounts whose balance is not the sum of their open lots' remaining less their debt (lot_debts), or
-// that hold both debt and open credit (verify). Empty when the invariant holds.
+// Accounts whose balance (their last entry's balance_after, read backwards on ledger_account_seq_key:
+// the cached accounts.balance has a check of its own) is not the sum of their open lots' remaining less
+// their debt (lot_debts), or that hold both debt and open credit (verify). Empty when the invariant
+// holds.
 func (q *Queries) CreditLotsBalanceMismatches(ctx context.Context) ([]CreditLotsBalanceMismatchesRow, error) {
 	rows, err := q.db.Query(ctx, creditLotsBalanceMismatches)
 	if err != nil {
