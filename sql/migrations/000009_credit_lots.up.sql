@@ -370,7 +370,6 @@ BEGIN
             SELECT coalesce(sum(amount), 0) INTO refilled FROM refill;
             -- What no lot gave: first the reversal's own debt, if still owed, then a new paid lot.
             rest := e.amount - refilled;
-            cancelled := 0;
             SELECT least(coalesce(max(uncovered), 0), rest) INTO cancelled
             FROM lot_debts
             WHERE account_id = e.account_id AND entry_id = reversal;
@@ -383,7 +382,8 @@ BEGIN
                 INSERT INTO credit_lots (account_id, entry_id, category, amount, remaining, created_at)
                 VALUES (e.account_id, e.id, 'paid', rest - cancelled, rest - cancelled, e.created_at);
             END IF;
-            -- A refilled lot that is closed or past its expiry: that credit goes at once.
+            -- A refilled lot that is closed or past its expiry: what it holds goes at once, as an expiry,
+            -- or as a void when the lot was closed before its time (voided).
             WITH gone AS (
                 SELECT l.id, l.remaining,
                        CASE WHEN l.expires_at <= e.created_at OR l.closed_at IS NULL THEN 'expiry' ELSE 'void' END AS kind
