@@ -75,6 +75,8 @@ type entryJSON struct {
 	CreatedAt     time.Time `json:"created_at"`
 	Seq           int64     `json:"seq"`
 	BalanceAfter  int64     `json:"balance_after"`
+	// Draws are the lots a debit drew from (the entries list only).
+	Draws []drawJSON `json:"draws,omitempty"`
 }
 
 func entryOut(e db.Entry) entryJSON {
@@ -202,9 +204,20 @@ func handleListEntries(d Deps) http.Handler {
 			return err
 		}
 		entries, next := onePage(entries, limit, func(e db.Entry) int64 { return e.ID })
+		ids := make([]int64, len(entries))
+		for i, e := range entries {
+			ids[i] = e.ID
+		}
+		draws, err := db.EntryDraws(r.Context(), d.Pool, id, ids)
+		if err != nil {
+			return err
+		}
 		out := response{Entries: make([]entryJSON, len(entries)), Next: next}
 		for i, e := range entries {
 			out.Entries[i] = entryOut(e)
+			for _, dr := range draws[e.ID] {
+				out.Entries[i].Draws = append(out.Entries[i].Draws, drawJSON{LotID: dr.LotID, Amount: dr.Amount})
+			}
 		}
 		writeJSON(w, http.StatusOK, out)
 		return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/onceledger/onceledger/db"
@@ -37,6 +38,10 @@ func handlePostAdjustment(d Deps) http.Handler {
 	type request struct {
 		Amount      *int64  `json:"amount"`
 		Description *string `json:"description"`
+		// The lot of a positive adjustment: promotional, priority 50, never expiring unless said.
+		Category  *string    `json:"category"`
+		Priority  *int       `json:"priority"`
+		ExpiresAt *time.Time `json:"expires_at"`
 	}
 	type response struct {
 		Posted bool      `json:"posted"`
@@ -64,6 +69,28 @@ func handlePostAdjustment(d Deps) http.Handler {
 			return badRequest("invalid_description", fmt.Sprintf("description must be at most %d characters, without NUL", maxDescription))
 		}
 
+		terms := db.LotTerms{Category: db.LotPromotional, Priority: db.DefaultLotPriority, ExpiresAt: req.ExpiresAt}
+		if req.Category != nil {
+			terms.Category = *req.Category
+		}
+		if req.Priority != nil {
+			terms.Priority = *req.Priority
+		}
+		if terms.Category != db.LotPromotional && terms.Category != db.LotPaid {
+			return badRequest("invalid_category", "category must be paid or promotional")
+		}
+		if terms.Priority < 0 || terms.Priority > 100 {
+			return badRequest("invalid_priority", "priority must be a whole number from 0 to 100")
+		}
+		if *req.Amount < 0 && (req.Category != nil || req.Priority != nil || req.ExpiresAt != nil) {
+			return badRequest("invalid_lot_terms", "category, priority and expires_at are for credits (a positive amount)")
+		}
+		if *req.Amount > 0 {
+			// Stored under the posting's key before it is posted: the trigger making its lot reads them.
+			if err := db.SetLotTerms(r.Context(), d.Pool, id, adjustmentKey(id, key), terms); err != nil {
+				return err
+			}
+		}
 		posted, err := postAdjustment(r.Context(), d, db.Posting{
 			AccountID: id, Kind: db.KindAdjustment, Amount: *req.Amount, Description: description,
 			DedupeKey: adjustmentKey(id, key), NoOverdraw: true,

@@ -59,6 +59,7 @@ var errorTable = []struct {
 	{db.ErrHoldVoided, http.StatusConflict, "hold_voided"},
 	{db.ErrHoldExpired, http.StatusConflict, "hold_expired"},
 	{db.ErrPaymentMethodRequired, http.StatusConflict, "payment_method_required"},
+	{db.ErrLotNotFound, http.StatusNotFound, "lot_not_found"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},

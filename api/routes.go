@@ -35,6 +35,8 @@ func routes(d Deps) http.Handler {
 	v1.Handle("/accounts/{id}/holds/{hold_id}", handleGetHold(d)).Methods(http.MethodGet)
 	v1.Handle("/accounts/{id}/holds/{hold_id}/capture", handleCaptureHold(d)).Methods(http.MethodPost)
 	v1.Handle("/accounts/{id}/holds/{hold_id}/void", handleVoidHold(d)).Methods(http.MethodPost)
+	v1.Handle("/accounts/{id}/lots", handleListLots(d)).Methods(http.MethodGet)
+	v1.Handle("/lots/{id}/void", handleVoidLot(d)).Methods(http.MethodPost)
 	v1.Handle("/topups/{id}", handleGetTopup(d)).Methods(http.MethodGet)
 	v1.Handle("/decisions", handlePostDecisions(d)).Methods(http.MethodPost)
 	v1.Handle("/stripe/events", handleListStripeEvents(d)).Methods(http.MethodGet)

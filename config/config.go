@@ -40,6 +40,9 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// ReconcileLookback is how far back the reconciler lists Stripe events whose delivery failed.
 	ReconcileLookback time.Duration
+	// PaidCreditTTL is how long a top-up's credit lot lasts; GrantTTL the signup grant's. 0: never expires.
+	PaidCreditTTL time.Duration
+	GrantTTL      time.Duration
 	// DataDir holds the private PostgreSQL cluster when no server answers.
 	DataDir string
 	// DBMaxConns sizes the server's connection pool; 0 when DATABASE_URL's pool_max_conns decides.
@@ -83,6 +86,15 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.PprofAddr, err = loopback(getenv("PPROF_ADDR")); err != nil {
 		errs = append(errs, err)
+	}
+	for name, ttl := range map[string]*time.Duration{"PAID_CREDIT_TTL": &c.PaidCreditTTL, "GRANT_TTL": &c.GrantTTL} {
+		raw := getenv(name)
+		if raw == "" {
+			continue
+		}
+		if *ttl, err = time.ParseDuration(raw); err != nil || *ttl <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be a positive duration such as 8760h, or unset (never expires), got %q", name, raw))
+		}
 	}
 	if c.Livemode, err = livemode(c.StripeSecretKey, getenv("STRIPE_LIVEMODE")); err != nil {
 		errs = append(errs, err)

@@ -15,20 +15,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Open returns a pool for databaseURL after checking that the database answers, sized as the URL
-// says (pool_max_conns) or by pgxpool's default.
-func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
-	return OpenSized(ctx, databaseURL, 0)
-}
+// Option configures the pool Open returns.
+type Option func(*poolConfig)
 
-// OpenSized is Open with at most maxConns connections (DB_MAX_CONNS); 0 keeps Open's size.
-func OpenSized(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+type poolConfig = pgxpool.Config
+
+// Open returns a pool for databaseURL after checking that the database answers, sized as the URL
+// says (pool_max_conns) or by pgxpool's default unless WithMaxConns says otherwise.
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -39,6 +39,15 @@ func OpenSized(ctx context.Context, databaseURL string, maxConns int32) (*pgxpoo
 		return nil, fmt.Errorf("connect to %s: %w", redact(cfg), err)
 	}
 	return pool, nil
+}
+
+// WithMaxConns sizes the pool at n connections (DB_MAX_CONNS); 0 keeps the size Open would choose.
+func WithMaxConns(n int32) Option {
+	return func(cfg *poolConfig) {
+		if n > 0 {
+			cfg.MaxConns = n
+		}
+	}
 }
 
 func redact(cfg *pgxpool.Config) string {

@@ -19,6 +19,10 @@ const (
 	KindDispute       = "dispute"
 	KindDisputeWon    = "dispute_won"
 	KindAdjustment    = "adjustment"
+	// KindExpiry takes an expired lot's remaining (keyed expire:{lot_id}); KindVoid a voided lot's
+	// (void:{lot_id}).
+	KindExpiry = "expiry"
+	KindVoid   = "void"
 )
 
 // MaxAmount bounds every amount taken from outside (10^15 minor units, ten trillion dollars): the API

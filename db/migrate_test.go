@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"testing"
 
@@ -85,4 +86,76 @@ func TestMigrationsUpIncludesRiver(t *testing.T) {
 	if want := all[len(all)-1].Version; got != want {
 		t.Fatalf("river version after migrate up = %d, want %d", got, want)
 	}
+}
+
+// Migration 000009 turns each account's balance into lots of the credits still unspent, the oldest
+// spent first, and a negative balance into the debt of its newest debits; verify finds the result
+// sound, and the next credit repays that debt oldest first.
+func TestMigrationCreditLotsBackfill(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	ms, err := db.OpenMigrations(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	if err := ms.Down(1); err != nil {
+		t.Fatalf("down to 000008: %v", err)
+	}
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	createAccount(t, pool, "rich")
+	createAccount(t, pool, "owing")
+	for _, p := range []db.Posting{
+		{AccountID: "rich", Kind: db.KindTopup, Amount: 100, DedupeKey: "t1"},
+		{AccountID: "rich", Kind: db.KindGrant, Amount: 50, DedupeKey: "g1"},
+		{AccountID: "rich", Kind: db.KindUsage, Amount: -120, DedupeKey: "u1"},
+		{AccountID: "rich", Kind: db.KindTopup, Amount: 80, DedupeKey: "t2"},
+		{AccountID: "owing", Kind: db.KindTopup, Amount: 10, DedupeKey: "t3"},
+		{AccountID: "owing", Kind: db.KindUsage, Amount: -25, DedupeKey: "u2"},
+		{AccountID: "owing", Kind: db.KindUsage, Amount: -5, DedupeKey: "u3"},
+	} {
+		mustPost(t, pool, p)
+	}
+	if err := ms.Up(); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+
+	lots, err := db.Lots(ctx, pool, "rich", true, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range lots {
+		got = append(got, fmt.Sprintf("%s %d/%d", l.Category, l.Remaining, l.Amount))
+	}
+	// t1 was spent first, then 20 of the grant; t2 is whole.
+	if fmt.Sprint(got) != "[promotional 30/30 paid 80/80]" {
+		t.Fatalf("rich's lots: %v", got)
+	}
+	if lots, _ := db.Lots(ctx, pool, "owing", true, 100); len(lots) != 0 {
+		t.Fatalf("owing's lots: %+v", lots)
+	}
+	if d := debt(t, pool, "owing"); d != 20 {
+		t.Fatalf("owing's debt %d, want 20", d)
+	}
+	verifyClean(t, pool)
+
+	// The next credit repays u2's 15 (older) before u3's 5.
+	top := mustPost(t, pool, db.Posting{AccountID: "owing", Kind: db.KindTopup, Amount: 30, DedupeKey: "t4"})
+	lot := lotOf(t, pool, "owing", top)
+	var u2, u3 int64
+	if err := pool.QueryRow(ctx, `SELECT
+		(SELECT d.amount FROM lot_draws d JOIN ledger l ON l.id = d.entry_id WHERE l.dedupe_key = 'u2' AND d.lot_id = $1),
+		(SELECT d.amount FROM lot_draws d JOIN ledger l ON l.id = d.entry_id WHERE l.dedupe_key = 'u3' AND d.lot_id = $1)`, lot.ID).Scan(&u2, &u3); err != nil {
+		t.Fatal(err)
+	}
+	if u2 != 15 || u3 != 5 || lot.Remaining != 10 {
+		t.Fatalf("repaid u2 %d and u3 %d, %d left; want 15, 5 and 10", u2, u3, lot.Remaining)
+	}
+	verifyClean(t, pool)
 }

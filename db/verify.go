@@ -19,7 +19,8 @@ func (v Violation) String() string { return v.Check + ": " + v.Detail }
 
 // Verify checks every invariant the ledger promises (SPEC §8) and returns each violation found; an
 // empty result means the ledger is sound. parkedAfter is how long a parked event may wait unreviewed;
-// holdGrace how long a hold may stay held past its expiry (two reconcile intervals).
+// holdGrace how long a hold may stay held, or a lot stay open, past its expiry (two reconcile
+// intervals).
 func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace time.Duration) ([]Violation, error) {
 	queries := dbsqlc.New(q)
 	var out []Violation
@@ -80,5 +81,44 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 	if err != nil {
 		return nil, err
 	}
-	return append(out, holds...), nil
+	out = append(out, holds...)
+
+	lots, err := lotViolations(ctx, queries, holdGrace)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, lots...), nil
+}
+
+// lotViolations checks SPEC §12: every lot's remaining is its amount less its draws plus its refills
+// (and a closed lot holds nothing); every account's balance (its last entry's balance_after: the cached
+// balance is checked above) is its open lots' remaining less its debt; no open lot is past its expiry
+// by more than grace.
+func lotViolations(ctx context.Context, queries *dbsqlc.Queries, grace time.Duration) ([]Violation, error) {
+	var out []Violation
+	lots, err := queries.CreditLotsRemainingMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check lots: %w", MapError(err))
+	}
+	for _, l := range lots {
+		out = append(out, Violation{"lot", fmt.Sprintf("account %s: lot %d (amount %d, closed %t) has remaining %d, its draws %d and refills %d",
+			l.AccountID, l.ID, l.Amount, l.Closed, l.Remaining, l.Drawn, l.Refilled)})
+	}
+	accounts, err := queries.CreditLotsBalanceMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check lot balances: %w", MapError(err))
+	}
+	for _, a := range accounts {
+		out = append(out, Violation{"lots", fmt.Sprintf("account %s: balance %d, open lots hold %d, debt %d",
+			a.ID, a.Balance, a.OpenRemaining, a.Debt)})
+	}
+	overdue, err := queries.CreditLotsOverdue(ctx, grace.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("check lot expiry: %w", MapError(err))
+	}
+	for _, l := range overdue {
+		out = append(out, Violation{"lot_expiry", fmt.Sprintf("account %s: lot %d still holds %d, expired at %s",
+			l.AccountID, l.ID, l.Remaining, l.ExpiresAt.UTC().Format(time.RFC3339))})
+	}
+	return out, nil
 }

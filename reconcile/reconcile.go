@@ -99,15 +99,17 @@ func New(deps Deps, opts Options) *Reconciler {
 // Report is what one pass did.
 type Report struct {
 	// Full is true when billing started from seq 0.
-	Full     bool
-	Bill     BillReport
-	Expired  db.HoldsExpired
-	Recovery RecoveryReport
+	Full    bool
+	Bill    BillReport
+	Expired db.HoldsExpired
+	// LotsExpired are the expiry entries the pass posted.
+	LotsExpired int
+	Recovery    RecoveryReport
 }
 
 // Pass bills what is unbilled, then expires the holds whose time is up (after billing, so that a
-// decision reported while its hold was live captures it first), and recovers missed events; each runs
-// even when another fails.
+// decision reported while its hold was live captures it first) and the credit lots whose time is up,
+// and recovers missed events; each runs even when another fails.
 //
 // Billing starts from a cursor kept in memory, as an optimisation only. Decision seq values are
 // taken at insert time but become visible at commit, so a decision can appear below a cursor that
@@ -126,8 +128,26 @@ func (r *Reconciler) Pass(ctx context.Context) (Report, error) {
 	}
 	rep.Expired, expireErr = db.ExpireHolds(ctx, r.pool)
 	r.metrics.ExpiredHolds.Add(float64(rep.Expired.Holds))
+	var lotsErr error
+	rep.LotsExpired, lotsErr = r.ExpireLots(ctx)
 	rep.Recovery, recoverErr = r.Recover(ctx)
-	return rep, errors.Join(billErr, expireErr, recoverErr)
+	return rep, errors.Join(billErr, expireErr, lotsErr, recoverErr)
+}
+
+// expireLotAccounts bounds one expiry transaction: the accounts it locks.
+const expireLotAccounts = 1000
+
+// ExpireLots posts the expiry entries of every open lot past its expiry, set-based, a transaction per
+// expireLotAccounts accounts (the ledger's OnPosted runs with them, as for billing).
+func (r *Reconciler) ExpireLots(ctx context.Context) (int, error) {
+	var n int
+	for {
+		posted, more, err := r.ledger.ExpireLots(ctx, r.pool, expireLotAccounts)
+		n += len(posted)
+		if err != nil || !more {
+			return n, err
+		}
+	}
 }
 
 func (r *Reconciler) passStart(now time.Time) (fromSeq int64, full bool) {

@@ -56,6 +56,27 @@ type BalanceAlert struct {
 	RecoveredEnqueuedAt *time.Time
 }
 
+// One lot per credit entry: the credit, what is left of it, and where it stands in the draw order. Made and drawn only by the trigger ledger_lots; closed by expiry and void entries.
+type CreditLot struct {
+	AccountID string
+	ID        int64
+	// The ledger entry (a credit) that made the lot.
+	EntryID int64
+	// paid (top-ups, restores beyond their reversal) or promotional (the signup grant, positive adjustments unless they say otherwise); promotional lots are drawn before paid ones of the same priority and expiry.
+	Category string
+	// Drawn lowest first (0-100, default 50); the first key of the draw order.
+	Priority int16
+	// The credit the lot holds: its entry's amount (for a restore, the part no reversal draw took it back to); for a lot made by migration 000009, the part of its credit still unspent then. Debt it repaid is among its lot_draws.
+	Amount int64
+	// What is left: amount - its lot_draws + its lot_refills (verify checks it). Open lots' remaining less lot_debts is the account's balance.
+	Remaining int64
+	// When the remaining expires (null: never); the reconciler pass posts the expiry entry. Second key of the draw order, nulls last.
+	ExpiresAt *time.Time
+	CreatedAt time.Time
+	// Set when an expiry or void entry took the remaining; a closed lot is never drawn again (a refill of a closed lot expires at once).
+	ClosedAt *time.Time
+}
+
 // Billable decisions as the product reported them. Billing posts one usage entry keyed decision:{id}; ledger_dedupe_idx, not a flag here, makes re-reading a decision harmless. No foreign key to accounts: a decision may arrive before its account and is billed once the account exists.
 type Decision struct {
 	ID string
@@ -109,6 +130,43 @@ type LedgerEntry struct {
 	Seq int64
 	// The account's balance right after this entry: previous balance_after + amount, in seq order (the first entry: amount). Held by ledger_chain_advance and checked by verify.
 	BalanceAfter int64
+}
+
+// The debits not yet fully drawn: the account's debt, debit by debit. The next credit's lot draws them oldest first (by seq) and the row goes once the debit is covered.
+type LotDebt struct {
+	AccountID string
+	EntryID   int64
+	// The debit's seq: debts are repaid in this order.
+	Seq int64
+	// The part of the debit no lot has covered yet.
+	Uncovered int64
+}
+
+// Which debit took how much from which lot, written by the trigger ledger_lots. A debit's draws sum to its amount once its debt is repaid; an expiry or void entry draws its own lot.
+type LotDraw struct {
+	AccountID string
+	// The debit (ledger entry id) that drew.
+	EntryID int64
+	LotID   int64
+	Amount  int64
+}
+
+// What a restore (refund_restore, dispute_won) gave back to each lot its reversal drew, amount for amount.
+type LotRefill struct {
+	AccountID string
+	// The restore (ledger entry id) that refilled.
+	EntryID int64
+	LotID   int64
+	Amount  int64
+}
+
+// The lot a credit asked for before it was posted (a positive adjustment's category, priority and expiry), found by the credit's dedupe key when ledger_lots makes its lot. The first terms stored under a key stand.
+type LotTerm struct {
+	AccountID string
+	DedupeKey string
+	Category  string
+	Priority  int16
+	ExpiresAt *time.Time
 }
 
 // One automatic top-up per low-balance episode of an account, inserted by accounts_available_watch in the transaction of the debit that left available below the threshold. It owns a pending top-up order (topup_id) that only payment_intent.succeeded pays. It is also the outbox of its PaymentIntent job and of its notification.
