@@ -100,8 +100,12 @@ func TestMigrationCreditLotsBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	if err := ms.Down(1); err != nil {
-		t.Fatalf("down to 000008: %v", err)
+	latest, err := db.LatestMigration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ms.Down(int(latest) - 8); err != nil {
+		t.Fatalf("down to 000008, below the lots: %v", err)
 	}
 	pool, err := db.Open(ctx, url)
 	if err != nil {
