@@ -124,6 +124,34 @@ func GetHold(ctx context.Context, q Conn, accountID, holdID string) (Hold, error
 	return getHold(ctx, dbsqlc.New(q), accountID, holdID)
 }
 
+// OpenHolds returns the account's holds still held, soonest to expire first, at most limit.
+func OpenHolds(ctx context.Context, q Conn, accountID string, limit int32) ([]Hold, error) {
+	rows, err := dbsqlc.New(q).HoldsOpenByAccount(ctx, dbsqlc.HoldsOpenByAccountParams{AccountID: accountID, MaxRows: limit})
+	if err != nil {
+		return nil, fmt.Errorf("list open holds of %s: %w", accountID, MapError(err))
+	}
+	return holdsFromRows(rows), nil
+}
+
+// HoldsExpiringWithin returns the holds of every account still held that expire within d on the
+// database clock, or are past their time with the expiry pass not there yet, soonest first, at most
+// limit.
+func HoldsExpiringWithin(ctx context.Context, q Conn, d time.Duration, limit int32) ([]Hold, error) {
+	rows, err := dbsqlc.New(q).HoldsExpiringSoon(ctx, dbsqlc.HoldsExpiringSoonParams{WithinSeconds: d.Seconds(), MaxRows: limit})
+	if err != nil {
+		return nil, fmt.Errorf("list holds expiring within %s: %w", d, MapError(err))
+	}
+	return holdsFromRows(rows), nil
+}
+
+func holdsFromRows(rows []dbsqlc.Hold) []Hold {
+	out := make([]Hold, len(rows))
+	for i, r := range rows {
+		out[i] = holdFromRow(r)
+	}
+	return out
+}
+
 func getHold(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (Hold, error) {
 	r, err := q.HoldsGet(ctx, dbsqlc.HoldsGetParams{AccountID: accountID, ID: holdID})
 	if isNoRows(err) {

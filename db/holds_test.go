@@ -208,3 +208,62 @@ func TestHoldAuthoriserMemberFailureFailsOnlyThatMember(t *testing.T) {
 		t.Fatalf("%d holds, want 8", got)
 	}
 }
+
+// The console's lists of holds: an account's holds still held, soonest to expire first, and every
+// account's holds still held that expire within a window. Resolved holds and holds expiring later are
+// left out.
+func TestOpenHoldsAndHoldsExpiringWithin(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	for _, acct := range []string{"acct_x", "acct_y"} {
+		if _, err := ledger.CreateAccount(ctx, pool, acct, "usd", 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range []struct {
+		account, id string
+		ttl         time.Duration
+	}{
+		{"acct_x", "later", 2 * time.Hour},
+		{"acct_x", "soon", 30 * time.Minute},
+		{"acct_x", "voided", 10 * time.Minute},
+		{"acct_y", "y_soon", 10 * time.Minute},
+	} {
+		if _, err := db.AuthoriseHold(ctx, pool, h.account, h.id, 10, h.ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.VoidHold(ctx, pool, "acct_x", "voided"); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(holds []db.Hold) string {
+		var out []string
+		for _, h := range holds {
+			out = append(out, h.AccountID+"/"+h.ID+"/"+h.Status)
+		}
+		return fmt.Sprint(out)
+	}
+
+	open, err := db.OpenHolds(ctx, pool, "acct_x", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(open), "[acct_x/soon/held acct_x/later/held]"; got != want {
+		t.Fatalf("open holds of acct_x: %s, want %s", got, want)
+	}
+	if open, err = db.OpenHolds(ctx, pool, "acct_x", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(open), "[acct_x/soon/held]"; got != want {
+		t.Fatalf("open holds of acct_x, at most 1: %s, want %s", got, want)
+	}
+
+	expiring, err := db.HoldsExpiringWithin(ctx, pool, time.Hour, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(expiring), "[acct_y/y_soon/held acct_x/soon/held]"; got != want {
+		t.Fatalf("holds expiring within an hour: %s, want %s", got, want)
+	}
+}

@@ -223,3 +223,24 @@ FROM holds
 WHERE status = 'held'
   AND expires_at < now() - make_interval(secs => @grace_seconds::double precision)
 ORDER BY expires_at, account_id, id;
+
+-- name: HoldsOpenByAccount :many
+-- The account's holds still held, soonest to expire first, at most max_rows (the console's account
+-- page). A hold past its time that the expiry pass has not reached yet is still held, and listed.
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE account_id = @account_id
+  AND status = 'held'
+ORDER BY expires_at, id
+LIMIT @max_rows::int;
+
+-- name: HoldsExpiringSoon :many
+-- Holds of every account still held that expire within within_seconds on the database clock (or are
+-- past their time, the expiry pass not there yet), soonest first, at most max_rows: the console's
+-- overview. A range scan of holds_held_expires_at_idx.
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE status = 'held'
+  AND expires_at <= now() + make_interval(secs => @within_seconds::double precision)
+ORDER BY expires_at, account_id, id
+LIMIT @max_rows::int;

@@ -304,6 +304,53 @@ func (q *Queries) HoldsExpiredAccounts(ctx context.Context, maxAccounts int32) (
 	return items, nil
 }
 
+const holdsExpiringSoon = `-- name: HoldsExpiringSoon :many
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE status = 'held'
+  AND expires_at <= now() + make_interval(secs => $1::double precision)
+ORDER BY expires_at, account_id, id
+LIMIT $2::int
+`
+
+type HoldsExpiringSoonParams struct {
+	WithinSeconds float64
+	MaxRows       int32
+}
+
+// Holds of every account still held that expire within within_seconds on the database clock (or are
+// past their time, the expiry pass not there yet), soonest first, at most max_rows: the console's
+// overview. A range scan of holds_held_expires_at_idx.
+func (q *Queries) HoldsExpiringSoon(ctx context.Context, arg HoldsExpiringSoonParams) ([]Hold, error) {
+	rows, err := q.db.Query(ctx, holdsExpiringSoon, arg.WithinSeconds, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Hold{}
+	for rows.Next() {
+		var i Hold
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Amount,
+			&i.Status,
+			&i.CapturedAmount,
+			&i.DecisionID,
+			&i.ExpiresAt,
+			&i.CreatedAt,
+			&i.ResolvedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const holdsGet = `-- name: HoldsGet :one
 SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
 FROM holds
@@ -540,6 +587,52 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 			&i.CreatedAt,
 			&i.ResolvedAt,
 			&i.Reserved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const holdsOpenByAccount = `-- name: HoldsOpenByAccount :many
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+FROM holds
+WHERE account_id = $1
+  AND status = 'held'
+ORDER BY expires_at, id
+LIMIT $2::int
+`
+
+type HoldsOpenByAccountParams struct {
+	AccountID string
+	MaxRows   int32
+}
+
+// The account's holds still held, soonest to expire first, at most max_rows (the console's account
+// page). A hold past its time that the expiry pass has not reached yet is still held, and listed.
+func (q *Queries) HoldsOpenByAccount(ctx context.Context, arg HoldsOpenByAccountParams) ([]Hold, error) {
+	rows, err := q.db.Query(ctx, holdsOpenByAccount, arg.AccountID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Hold{}
+	for rows.Next() {
+		var i Hold
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Amount,
+			&i.Status,
+			&i.CapturedAmount,
+			&i.DecisionID,
+			&i.ExpiresAt,
+			&i.CreatedAt,
+			&i.ResolvedAt,
 		); err != nil {
 			return nil, err
 		}
