@@ -35,7 +35,9 @@ const (
 // wrong key cannot log in; the right one can; a parked top-up is found, dry-run once its account
 // exists (the diff shows its credit and the ledger is unchanged), then replayed (the balance moves
 // once; a second click moves nothing); a POST without its CSRF token, or with another one, is refused
-// and changes nothing. With CONSOLE_SCREENSHOTS=1 it also writes docs/console/*.png.
+// and changes nothing. The account page shows held and available, the open lots in draw order, the
+// holds soonest to expire first and the recharge and alert settings; the overview, the holds expiring
+// within the hour. With CONSOLE_SCREENSHOTS=1 it also writes docs/console/*.png.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	s := newConsoleServer(t)
@@ -79,7 +81,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := b.text("#billing-lag"); !strings.HasPrefix(got, "2 of the latest 10,000 decisions are not billed yet") {
 		t.Fatalf("overview shows billing lag as %q, want 2 unbilled", got)
 	}
-	b.screenshot("overview")
 
 	// The parked list leads to the event.
 	b.run(
@@ -97,7 +98,9 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The operator creates the account (with some history), then dry-runs the event.
 	s.call(http.MethodPut, "/v1/accounts/acct_console", `{"currency":"gbp"}`, "")
-	s.call(http.MethodPost, "/v1/accounts/acct_console/adjustments", `{"amount":1000,"description":"goodwill credit"}`, "adj-1")
+	// Its goodwill credit is a promotional lot drawn after the paid one the top-up will make (priority
+	// 90 against 50), although made first.
+	s.call(http.MethodPost, "/v1/accounts/acct_console/adjustments", `{"amount":1000,"description":"goodwill credit","priority":90}`, "adj-1")
 	s.call(http.MethodPost, "/v1/accounts/acct_console/adjustments", `{"amount":-300,"description":"correction"}`, "adj-2")
 	s.wantMoney("acct_console", 700, 2)
 
@@ -146,13 +149,48 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.run(chromedp.Click(chromedp.CSS("#dry-run-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run-nothing")))
 	s.wantMoney("acct_console", 3200, 3)
 
-	// The account page: the balance, every entry with the balance after it, the chart.
+	// The account holds two reservations, one expiring within the hour, and has a low-balance alert and
+	// auto-recharge on a saved card.
+	s.call(http.MethodPost, "/v1/accounts/acct_console/holds", `{"id":"hold_later","amount":100,"expires_in":"2h"}`, "")
+	s.call(http.MethodPost, "/v1/accounts/acct_console/holds", `{"id":"hold_soon","amount":400,"expires_in":"30m"}`, "")
+	s.call(http.MethodPut, "/v1/accounts/acct_console/alerts", `{"low_balance":1000}`, "")
+	s.saveCard("acct_console", "cus_console", "pm_console")
+	s.call(http.MethodPut, "/v1/accounts/acct_console/recharge", `{"enabled":true,"threshold":500,"amount":2000}`, "")
+
+	// The account page: balance, held and available; the open lots in draw order; the holds soonest to
+	// expire first; the settings; every entry with the balance after it; the chart.
 	b.run(
 		chromedp.Click(chromedp.CSS(`#entries a[href="/console/accounts/acct_console"]`), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS("#balance-chart")),
 	)
-	if got := b.text("#balance"); got != "3,200" {
-		t.Fatalf("the account page shows balance %q, want 3,200", got)
+	for sel, want := range map[string]string{"#balance": "3,200", "#held": "500", "#available": "2,700"} {
+		if got := b.text(sel); got != want {
+			t.Fatalf("the account page shows %s %q, want %s", sel, got, want)
+		}
+	}
+	if n := b.count("#lots tbody tr"); n != 2 {
+		t.Fatalf("the account page lists %d open lots, want 2", n)
+	}
+	if got := b.text("#lots tbody tr:first-child"); !strings.Contains(got, "paid\t50\t2,500\t2,500\tnever") {
+		t.Fatalf("the first lot drawn reads %q, want the top-up's paid lot, priority 50, 2,500 of 2,500 left", got)
+	}
+	if got := b.text("#lots tbody tr:last-child"); !strings.Contains(got, "promotional\t90\t1,000\t700\tnever") {
+		t.Fatalf("the last lot drawn reads %q, want the goodwill credit, priority 90, 700 of 1,000 left", got)
+	}
+	if n := b.count("#holds tbody tr"); n != 2 {
+		t.Fatalf("the account page lists %d holds, want 2", n)
+	}
+	if got := b.text("#holds tbody tr:first-child"); !strings.HasPrefix(got, "hold_soon\t400\t") {
+		t.Fatalf("the hold expiring first reads %q, want hold_soon of 400", got)
+	}
+	if got := b.text("#holds tbody tr:last-child"); !strings.HasPrefix(got, "hold_later\t100\t") {
+		t.Fatalf("the hold expiring last reads %q, want hold_later of 100", got)
+	}
+	if got := b.text("#recharge"); got != "on: below 500 available, buys 2,000" {
+		t.Fatalf("the account page shows auto-recharge as %q", got)
+	}
+	if got := b.text("#low-balance-alert"); got != "below 1,000 available" {
+		t.Fatalf("the account page shows the low-balance alert as %q", got)
 	}
 	if got := b.text("#timeline tbody tr:first-child"); !strings.Contains(got, "topup\t+2,500\t3,200\tstripe:evt_console_topup") {
 		t.Fatalf("the newest entry reads %q, want the top-up with balance after 3,200", got)
@@ -164,6 +202,19 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the chart marks %d entries, want 3", n)
 	}
 	b.screenshot("account")
+
+	// The overview now lists the hold expiring within the hour, and only it; the refund is still parked.
+	b.run(chromedp.Navigate(s.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#expiring-holds")))
+	if got := b.text("#expiring-total"); got != "1" {
+		t.Fatalf("overview shows %q holds expiring, want 1", got)
+	}
+	if got := b.text("#expiring-holds tbody"); !strings.HasPrefix(got, "acct_console\thold_soon\t400\t") {
+		t.Fatalf("overview lists the holds expiring as %q, want hold_soon of acct_console", got)
+	}
+	if got := b.text("#parked-total"); got != "1" {
+		t.Fatalf("overview shows %q parked events after the replay, want 1", got)
+	}
+	b.screenshot("overview")
 
 	// Search finds a payment's entries and parked events.
 	b.run(
@@ -189,11 +240,12 @@ func newConsoleServer(t *testing.T) *consoleServer {
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// Wired as the binary wires it: one Ledger, Poster and event processor (no Stripe key here).
+	// Wired as the binary wires it: one Ledger, Poster, hold authoriser and event processor (no Stripe
+	// key here).
 	var ledger db.Ledger
 	srv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
-		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
+		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(pool, db.PosterOptions{}),
 		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log},
 	}))
 	t.Cleanup(srv.Close)
@@ -254,6 +306,18 @@ func (s *consoleServer) wantMoney(account string, balance int64, entries int) {
 	}
 	if acct.Balance != balance || len(list) != entries {
 		s.t.Fatalf("%s: balance %d with %d entries, want %d with %d", account, acct.Balance, len(list), balance, entries)
+	}
+}
+
+// saveCard records a Stripe customer and a card saved for off-session use, as the setup webhook would.
+func (s *consoleServer) saveCard(account, customer, paymentMethod string) {
+	s.t.Helper()
+	ctx := context.Background()
+	if err := db.SetStripeCustomer(ctx, s.pool, account, customer); err != nil {
+		s.t.Fatal(err)
+	}
+	if saved, err := db.SetPaymentMethod(ctx, s.pool, account, customer, paymentMethod); err != nil || !saved {
+		s.t.Fatalf("save card of %s: saved %v, %v", account, saved, err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -25,6 +26,11 @@ const (
 	billingLagWindow = 10000
 	discardedListed  = 20
 	parkedPerPayment = 50
+	lotsListed       = 50
+	holdsListed      = 50
+	expiringListed   = 20
+	// expiringWithin is how soon a hold must expire to be on the overview.
+	expiringWithin = time.Hour
 )
 
 type errorPage struct {
@@ -86,9 +92,14 @@ type overviewPage struct {
 	DiscardedMore bool
 	// DiscardedError says why discarded notifications could not be listed (River's tables missing).
 	DiscardedError string
+	// Expiring: holds still held that expire within ExpiringWithin (or are past their time), soonest
+	// first; ExpiringMore: there are more than those listed.
+	Expiring       []db.Hold
+	ExpiringMore   bool
+	ExpiringWithin time.Duration
 }
 
-// overview: what waits for an operator. Holds would join it once they exist.
+// overview: what waits for an operator.
 func (c *console) overview(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p := &overviewPage{frame: c.frame(r, "Overview")}
@@ -106,6 +117,12 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p.LagReachesBack = p.Lag.Unbilled == p.Lag.Window
+	if p.Expiring, err = db.HoldsExpiringWithin(ctx, c.Pool, expiringWithin, expiringListed+1); err != nil {
+		return err
+	}
+	p.ExpiringWithin = expiringWithin
+	p.ExpiringMore = len(p.Expiring) > expiringListed
+	p.Expiring = p.Expiring[:min(len(p.Expiring), expiringListed)]
 	discarded, err := notify.ListDiscarded(ctx, c.Pool, discardedListed+1)
 	if err != nil {
 		c.Log.WarnContext(ctx, "console: discarded notifications", "err", err)
@@ -294,29 +311,50 @@ func (c *console) actionFailed(r *http.Request, p *eventPage, action string, err
 
 type accountPage struct {
 	frame
-	Account  db.Account
-	Timeline []db.TimelineEntry
+	Account db.Account
+	// Lots: the open lots in draw order; LotsMore: there are more than those listed.
+	Lots     []db.Lot
+	LotsMore bool
+	// Holds: the holds still held, soonest to expire first; HoldsMore: there are more.
+	Holds     []db.Hold
+	HoldsMore bool
+	// Automation: the saved card, auto-recharge and alert settings.
+	Automation db.Automation
+	Timeline   []db.TimelineEntry
 	// Limited: the timeline shows only the newest timelineEntries.
 	Limited bool
 	Chart   chart
 }
 
-// account shows an account's balance, its newest entries with the balance after each, and a chart
-// of that balance.
+// account shows an account's balance, held and available; its open lots in draw order and its holds
+// still held; its auto-recharge and alert settings; its newest entries with the balance after each,
+// and a chart of that balance.
 func (c *console) account(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	acct, err := db.GetAccount(ctx, c.Pool, mux.Vars(r)["id"])
 	if err != nil {
 		return err
 	}
-	timeline, err := db.AccountTimeline(ctx, c.Pool, acct.ID, timelineEntries)
-	if err != nil {
+	p := &accountPage{frame: c.frame(r, "Account "+acct.ID), Account: acct}
+	if p.Lots, err = db.Lots(ctx, c.Pool, acct.ID, false, lotsListed+1); err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "account", &accountPage{
-		frame: c.frame(r, "Account "+acct.ID), Account: acct, Timeline: timeline,
-		Limited: len(timeline) == timelineEntries, Chart: balanceChart(timeline),
-	})
+	p.LotsMore = len(p.Lots) > lotsListed
+	p.Lots = p.Lots[:min(len(p.Lots), lotsListed)]
+	if p.Holds, err = db.OpenHolds(ctx, c.Pool, acct.ID, holdsListed+1); err != nil {
+		return err
+	}
+	p.HoldsMore = len(p.Holds) > holdsListed
+	p.Holds = p.Holds[:min(len(p.Holds), holdsListed)]
+	if p.Automation, err = db.GetAutomation(ctx, c.Pool, acct.ID); err != nil {
+		return err
+	}
+	if p.Timeline, err = db.AccountTimeline(ctx, c.Pool, acct.ID, timelineEntries); err != nil {
+		return err
+	}
+	p.Limited = len(p.Timeline) == timelineEntries
+	p.Chart = balanceChart(p.Timeline)
+	c.render(w, r, http.StatusOK, "account", p)
 	return nil
 }
 

@@ -57,6 +57,7 @@ var templateFuncs = template.FuncMap{
 	"balance": groupDigits,
 	"when":    when,
 	"ago":     ago,
+	"until":   until,
 	"sign":    signClass,
 }
 
@@ -120,8 +121,19 @@ func ago(v any) string {
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
 		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 24*time.Hour && int(d.Minutes())%60 == 0:
+		return fmt.Sprintf("%dh", int(d.Hours()))
 	case d < 24*time.Hour:
 		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// until is how long until t, as ago writes it, or "past due" once t has passed.
+func until(t time.Time) string {
+	d := time.Until(t)
+	if d <= 0 {
+		return "past due"
+	}
+	return ago(d)
 }
