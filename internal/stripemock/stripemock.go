@@ -5,6 +5,7 @@
 package stripemock
 
 import (
+	"bytes"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 )
+
+// startTimeout bounds how long Start waits for stripe-mock to listen.
+const startTimeout = 3 * time.Minute
 
 // Start runs stripe-mock on a free loopback port until the test ends and returns its base URL (for
 // STRIPE_API_BASE). The binary is the one `go tool stripe-mock` runs (built on first use, then cached);
@@ -36,23 +40,35 @@ func Start(t testing.TB) string {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
+	var output bytes.Buffer
 	cmd := exec.Command(bin, "-http-addr", addr)
+	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("stripemock: start %s: %v", bin, err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	// It loads Stripe's whole OpenAPI description before it listens: seconds on a quiet machine, far
+	// longer on two cores busy with the rest of the suite. An exit is reported at once, with its output.
+	deadline := time.Now().Add(startTimeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
 			return "http://" + addr
 		}
+		select {
+		case werr := <-exited:
+			exited <- werr // for the cleanup
+			t.Fatalf("stripemock: exited before listening on %s (%v):\n%s", addr, werr, output.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stripemock: not listening on %s after 60s: %v", addr, err)
+			t.Fatalf("stripemock: not listening on %s after %s: %v", addr, startTimeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
