@@ -308,6 +308,73 @@ COMMENT ON TRIGGER ledger_lots ON ledger IS
     'account, in seq order under the account lock: no posting path can forget a lot, and the order is the '
     'ledger''s.';
 
+-- Auto-recharge and alerts (migration 000010): accounts_available_watch is deferred to commit, when it
+-- runs on the accounts shard that the debit moved, before the worker prepares its part of the two-phase
+-- commit. There Citus cannot plan a query on a distributed table (it refuses "a distributed query from a
+-- query on a shard" and the commit fails), so this variant of the same rule names the account's
+-- colocated shards, all on this node, as ledger_chain_advance_entry does. The keys the shards carry
+-- have the shard's suffix in their names, so conflicts are named by their columns
+-- (recharge_attempts_episode_key is (account_id, episode), balance_alerts_pkey (account_id, threshold,
+-- episode)).
+CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    accounts_shard text := shard_name('accounts'::regclass, get_shard_id_for_distribution_column('accounts', NEW.id));
+    attempts_shard text := shard_name('recharge_attempts'::regclass,
+                                      get_shard_id_for_distribution_column('recharge_attempts', NEW.id));
+    topups_shard   text := shard_name('topups'::regclass, get_shard_id_for_distribution_column('topups', NEW.id));
+    alerts_shard   text := shard_name('balance_alerts'::regclass,
+                                      get_shard_id_for_distribution_column('balance_alerts', NEW.id));
+    a accounts;
+BEGIN
+    -- The account as the transaction leaves it (see the plain function in migration 000010).
+    EXECUTE format('SELECT * FROM %s WHERE id = $1', accounts_shard) INTO a USING NEW.id;
+
+    IF a.recharge_enabled AND a.balance - a.held < a.recharge_threshold THEN
+        EXECUTE format('WITH attempt AS ('
+                       '    INSERT INTO %s (account_id, id, episode, topup_id, amount)'
+                       '    SELECT $1, s.id, $2, ''rch_'' || s.id, $3'
+                       '    FROM (SELECT nextval(''recharge_attempts_id_seq'') AS id) s'
+                       '    ON CONFLICT (account_id, episode) DO NOTHING'
+                       '    RETURNING account_id, topup_id, amount'
+                       ') '
+                       'INSERT INTO %s (id, account_id, amount, currency) '
+                       'SELECT topup_id, account_id, amount, $4 FROM attempt', attempts_shard, topups_shard)
+            USING a.id, a.recharge_episode, a.recharge_amount, a.currency;
+    ELSIF a.recharge_threshold IS NOT NULL AND a.balance - a.held >= a.recharge_threshold THEN
+        EXECUTE format('UPDATE %s SET recharge_episode = recharge_episode + 1 '
+                       'WHERE id = $1 AND EXISTS (SELECT 1 FROM %s r WHERE r.account_id = $1 AND r.episode = $2)',
+                       accounts_shard, attempts_shard)
+            USING a.id, a.recharge_episode;
+    END IF;
+
+    IF a.low_balance_alert IS NULL THEN
+        RETURN NULL;
+    ELSIF a.balance - a.held < a.low_balance_alert THEN
+        EXECUTE format('INSERT INTO %s (account_id, threshold, episode, low_available) VALUES ($1, $2, $3, $4) '
+                       'ON CONFLICT (account_id, threshold, episode) DO NOTHING', alerts_shard)
+            USING a.id, a.low_balance_alert, a.alert_episode, a.balance - a.held;
+    ELSE
+        EXECUTE format('WITH recovered AS ('
+                       '    UPDATE %s SET recovered_at = now(), recovered_available = $4'
+                       '    WHERE account_id = $1 AND threshold = $2 AND episode = $3 AND recovered_at IS NULL'
+                       '    RETURNING account_id'
+                       ') '
+                       'UPDATE %s SET alert_episode = alert_episode + 1 WHERE id IN (SELECT account_id FROM recovered)',
+                       alerts_shard, accounts_shard)
+            USING a.id, a.low_balance_alert, a.alert_episode, a.balance - a.held;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION accounts_available_watch() IS
+    'At commit, for an account whose balance or held the transaction moved (on Citus, on the account''s '
+    'shard and its colocated shards): below its recharge threshold, inserts the episode''s one recharge '
+    'attempt with its pending order; at or above it after an attempt, starts the next episode. Likewise '
+    'records balance.low / balance.recovered once per alert episode.';
+
 -- Unique keys that include the distribution column.
 ALTER TABLE ledger DROP CONSTRAINT ledger_pkey, ADD CONSTRAINT ledger_pkey PRIMARY KEY (account_id, id);
 COMMENT ON CONSTRAINT ledger_pkey ON ledger IS
