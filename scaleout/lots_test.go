@@ -344,3 +344,30 @@ func TestCitusRechargeOneAttemptPerEpisode(t *testing.T) {
 		t.Fatalf("%d attempts (episode %d), %d pending orders, %d alerts; want one of each in episode 1", attempts, episode, orders, alerts)
 	}
 }
+
+// A refund that failed after its payment's lot expired refills that lot, and the refilled credit expires
+// at once: the restore's trigger posts the expiry entry itself, on the account's shard.
+func TestCitusLotsRestoreAfterTheLotExpired(t *testing.T) {
+	ctx := context.Background()
+	const acct = "acct_lots_restore"
+	createAccount(t, acct, 0)
+	past := time.Now().Add(-time.Minute)
+	if err := db.SetLotTerms(ctx, pool, acct, "lr:t", db.LotTerms{Category: db.LotPaid, Priority: 50, ExpiresAt: &past}); err != nil {
+		t.Fatal(err)
+	}
+	top := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "lr:t", PaymentIntent: "pi_lots_restore"})
+	mustPost(t, db.Posting{AccountID: acct, Kind: db.KindRefund, Amount: -60, DedupeKey: "stripe:refund:re_lots_restore", PaymentIntent: "pi_lots_restore"})
+	if _, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).ExpireLots(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restore := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindRefundRestore, Amount: 60, DedupeKey: "stripe:refund-failed:re_lots_restore", PaymentIntent: "pi_lots_restore"})
+	lot := lotOf(t, acct, top)
+	var expired int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM ledger WHERE account_id = $1 AND kind = 'expiry' AND dedupe_key = $2`,
+		acct, fmt.Sprintf("expire:%d:%d", lot.ID, restore.ID)).Scan(&expired); err != nil {
+		t.Fatal(err)
+	}
+	if balance, _ := balanceOf(t, acct); expired != -60 || balance != 0 || lot.Remaining != 0 || lot.ClosedAt == nil {
+		t.Fatalf("restored credit expired %d, balance %d, lot %+v; want -60, 0 and the lot closed empty", expired, balance, lot)
+	}
+}
