@@ -80,8 +80,30 @@ const (
 // where ledger_lots runs on the workers' shards, in sessions Citus opens that do not have the
 // coordinator connection's settings: SET LOCAL, which Citus passes on to every node of the transaction
 // (citus.propagate_set_commands = local). InTx calls it as a transaction begins; it does nothing on
-// plain PostgreSQL or without lifetimes.
+// plain PostgreSQL or without lifetimes. The statement is worked out once per connection.
 func propagateLotTTLs(ctx context.Context, tx Tx) error {
+	data := tx.Conn().PgConn().CustomData()
+	sql, ok := data[lotTTLsKey].(string)
+	if !ok {
+		var err error
+		if sql, err = lotTTLsStatement(ctx, tx); err != nil {
+			return err
+		}
+		data[lotTTLsKey] = sql
+	}
+	if sql == "" {
+		return nil
+	}
+	if _, err := tx.Conn().PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+		return fmt.Errorf("set lot lifetimes: %w", MapError(err))
+	}
+	return nil
+}
+
+// lotTTLsKey holds, per connection, what propagateLotTTLs runs ("" for nothing).
+const lotTTLsKey = "onceledger.lot_ttls"
+
+func lotTTLsStatement(ctx context.Context, tx Tx) (string, error) {
 	params := tx.Conn().Config().RuntimeParams
 	var sets []string
 	for _, name := range []string{paidCreditTTLSetting, grantTTLSetting} {
@@ -90,17 +112,13 @@ func propagateLotTTLs(ctx context.Context, tx Tx) error {
 		}
 	}
 	if len(sets) == 0 {
-		return nil
+		return "", nil
 	}
 	citus, err := onCitus(ctx, tx)
 	if err != nil || !citus {
-		return err
+		return "", err
 	}
-	sql := "SET LOCAL citus.propagate_set_commands = 'local'; " + strings.Join(sets, "; ")
-	if _, err := tx.Conn().PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-		return fmt.Errorf("set lot lifetimes: %w", MapError(err))
-	}
-	return nil
+	return "SET LOCAL citus.propagate_set_commands = 'local'; " + strings.Join(sets, "; "), nil
 }
 
 func seconds(d time.Duration) string {
