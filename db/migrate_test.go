@@ -100,7 +100,8 @@ func TestMigrationCreditLotsBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	if err := ms.Down(1); err != nil {
+	// Down past 000010 (recharge) and 000009 (lots) to the schema before lots.
+	if err := ms.Down(2); err != nil {
 		t.Fatalf("down to 000008: %v", err)
 	}
 	pool, err := db.Open(ctx, url)
