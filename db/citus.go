@@ -24,6 +24,11 @@ var accountTables = []string{
 	"decisions",
 	"topups",
 	"holds",
+	"credit_lots", // before the lot tables whose foreign keys name it
+	"lot_draws",
+	"lot_refills",
+	"lot_debts",
+	"lot_terms",
 	"recharge_attempts",
 	"balance_alerts",
 }

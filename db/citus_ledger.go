@@ -262,3 +262,37 @@ func markTopupPaid(ctx context.Context, q Conn, arg dbsqlc.TopupsMarkPaidParams)
 		PaymentIntent: arg.PaymentIntent, PaidEventID: arg.PaidEventID, AccountID: account, SessionID: arg.SessionID,
 	})
 }
+
+// expireLockedCitus is CreditLotsExpire and CreditLotsCloseExpiredEmpty on Citus: the expire:{lot_id}
+// keys of the locked accounts' due lots claimed in one statement, then per account, on its shard, the
+// claimed expiries posted in one statement (ledger_lots closes each lot) and the empty lots closed.
+func expireLockedCitus(ctx context.Context, tx Tx, locked []string) ([]dbsqlc.CreditLotsExpireRow, error) {
+	q := dbsqlc.New(tx)
+	claims, err := q.CitusDedupeClaimsForExpiries(ctx, locked)
+	if err != nil {
+		return nil, fmt.Errorf("claim expiry keys: %w", MapError(err))
+	}
+	claimed := map[string][]string{}
+	for _, c := range claims {
+		claimed[c.AccountID] = append(claimed[c.AccountID], c.DedupeKey)
+	}
+	var out []dbsqlc.CreditLotsExpireRow
+	for _, account := range locked {
+		if keys := claimed[account]; len(keys) > 0 {
+			rows, err := q.CitusCreditLotsExpireForAccount(ctx, dbsqlc.CitusCreditLotsExpireForAccountParams{AccountID: account, Claimed: keys})
+			if err != nil {
+				return nil, fmt.Errorf("post expiries of %s: %w", account, MapError(err))
+			}
+			if len(rows) != len(keys) {
+				return nil, errors.New("the expiry pass posted another number of entries than the keys it claimed")
+			}
+			for _, r := range rows {
+				out = append(out, dbsqlc.CreditLotsExpireRow(r))
+			}
+		}
+		if _, err := q.CitusCreditLotsCloseExpiredEmptyForAccount(ctx, account); err != nil {
+			return nil, fmt.Errorf("close expired lots of %s: %w", account, MapError(err))
+		}
+	}
+	return out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -61,12 +62,63 @@ func WithLotTTLs(paidCredit, grant time.Duration) Option {
 	return func(cfg *poolConfig) {
 		params := cfg.ConnConfig.RuntimeParams
 		if paidCredit > 0 {
-			params["onceledger.paid_credit_ttl"] = seconds(paidCredit)
+			params[paidCreditTTLSetting] = seconds(paidCredit)
 		}
 		if grant > 0 {
-			params["onceledger.grant_ttl"] = seconds(grant)
+			params[grantTTLSetting] = seconds(grant)
 		}
 	}
+}
+
+// The session settings lots_ttl reads.
+const (
+	paidCreditTTLSetting = "onceledger.paid_credit_ttl"
+	grantTTLSetting      = "onceledger.grant_ttl"
+)
+
+// propagateLotTTLs carries the connection's lot lifetimes to the nodes a transaction touches on Citus,
+// where ledger_lots runs on the workers' shards, in sessions Citus opens that do not have the
+// coordinator connection's settings: SET LOCAL, which Citus passes on to every node of the transaction
+// (citus.propagate_set_commands = local). InTx calls it as a transaction begins; it does nothing on
+// plain PostgreSQL or without lifetimes. The statement is worked out once per connection.
+func propagateLotTTLs(ctx context.Context, tx Tx) error {
+	data := tx.Conn().PgConn().CustomData()
+	sql, ok := data[lotTTLsKey].(string)
+	if !ok {
+		var err error
+		if sql, err = lotTTLsStatement(ctx, tx); err != nil {
+			return err
+		}
+		data[lotTTLsKey] = sql
+	}
+	if sql == "" {
+		return nil
+	}
+	if _, err := tx.Conn().PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+		return fmt.Errorf("set lot lifetimes: %w", MapError(err))
+	}
+	return nil
+}
+
+// lotTTLsKey holds, per connection, what propagateLotTTLs runs ("" for nothing).
+const lotTTLsKey = "onceledger.lot_ttls"
+
+func lotTTLsStatement(ctx context.Context, tx Tx) (string, error) {
+	params := tx.Conn().Config().RuntimeParams
+	var sets []string
+	for _, name := range []string{paidCreditTTLSetting, grantTTLSetting} {
+		if v, ok := params[name]; ok {
+			sets = append(sets, "SET LOCAL "+name+" = '"+strings.ReplaceAll(v, "'", "''")+"'")
+		}
+	}
+	if len(sets) == 0 {
+		return "", nil
+	}
+	citus, err := onCitus(ctx, tx)
+	if err != nil || !citus {
+		return "", err
+	}
+	return "SET LOCAL citus.propagate_set_commands = 'local'; " + strings.Join(sets, "; "), nil
 }
 
 func seconds(d time.Duration) string {
@@ -172,7 +224,7 @@ func (l Ledger) VoidLot(ctx context.Context, b Beginner, lotID int64) (LotVoided
 		switch {
 		case lot.ClosedAt != nil:
 		case lot.Remaining == 0:
-			if _, err := q.CreditLotsClose(ctx, dbsqlc.CreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID}); err != nil {
+			if err := closeEmptyLot(ctx, tx, lot); err != nil {
 				return fmt.Errorf("close lot %d: %w", lot.ID, MapError(err))
 			}
 		default:
@@ -206,16 +258,13 @@ func (l Ledger) ExpireLots(ctx context.Context, b Beginner, maxAccounts int) (po
 			return MapError(err)
 		}
 		more = len(due) == maxAccounts
-		locked, err := q.AccountsLockForBilling(ctx, due)
+		locked, err := lockForBilling(ctx, tx, due)
 		if err != nil {
 			return MapError(err)
 		}
-		rows, err := q.CreditLotsExpire(ctx, locked)
+		rows, err := expireLocked(ctx, tx, locked)
 		if err != nil {
-			return fmt.Errorf("post expiries: %w", MapError(err))
-		}
-		if _, err := q.CreditLotsCloseExpiredEmpty(ctx, locked); err != nil {
-			return fmt.Errorf("close expired lots: %w", MapError(err))
+			return err
 		}
 		posted = make([]Posted, len(rows))
 		for i, r := range rows {
@@ -230,4 +279,40 @@ func (l Ledger) ExpireLots(ctx context.Context, b Beginner, maxAccounts int) (po
 		return l.Posted(ctx, tx, posted)
 	})
 	return posted, more, err
+}
+
+// closeEmptyLot is CreditLotsClose, on Citus through its variant.
+func closeEmptyLot(ctx context.Context, tx Tx, lot Lot) error {
+	citus, err := onCitus(ctx, tx)
+	if err != nil {
+		return err
+	}
+	q := dbsqlc.New(tx)
+	if citus {
+		_, err = q.CitusCreditLotsClose(ctx, dbsqlc.CitusCreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID})
+	} else {
+		_, err = q.CreditLotsClose(ctx, dbsqlc.CreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID})
+	}
+	return err
+}
+
+// expireLocked posts the expiries of the locked accounts' lots past their expiry and closes those with
+// nothing left: one statement each on plain PostgreSQL, expireLockedCitus on Citus.
+func expireLocked(ctx context.Context, tx Tx, locked []string) ([]dbsqlc.CreditLotsExpireRow, error) {
+	citus, err := onCitus(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if citus {
+		return expireLockedCitus(ctx, tx, locked)
+	}
+	q := dbsqlc.New(tx)
+	rows, err := q.CreditLotsExpire(ctx, locked)
+	if err != nil {
+		return nil, fmt.Errorf("post expiries: %w", MapError(err))
+	}
+	if _, err := q.CreditLotsCloseExpiredEmpty(ctx, locked); err != nil {
+		return nil, fmt.Errorf("close expired lots: %w", MapError(err))
+	}
+	return rows, nil
 }

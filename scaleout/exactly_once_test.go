@@ -496,6 +496,3 @@ func TestCitusChainAndAppendOnlyHoldOnShards(t *testing.T) {
 		}
 	}
 }
-
-// Credit lots (migration 000009) add their tables to accountTables in db/citus.go and their test here:
-// lots drawn in order under concurrent usage, on the cluster, then verify.

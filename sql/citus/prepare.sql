@@ -88,6 +88,293 @@ COMMENT ON TRIGGER ledger_chain ON ledger IS
     'continue its account''s seq and balance_after from accounts.last_seq and accounts.balance, which this '
     'trigger then moves. No posting path can forget the balance or break the chain.';
 
+-- Credit lots (migration 000009): ledger_lots is a statement-level trigger reading its transition table
+-- too. Here it becomes a row-level trigger of the same name and the same rule, run on each shard after
+-- ledger_chain (trigger names fire in order, row by row): each entry moves the lots of its account, whose
+-- tables are colocated with the ledger (db/citus.go), in its seq order under the account's row lock. It
+-- calls the same lot functions (lots_draw with one-element arrays, lots_repay, lots_ttl); what differs
+-- from ledger_lots_apply is only that a statement of plain debits is drawn entry by entry.
+-- lots_draw on Citus: the same allocation (running sums of demands in seq order against lots in draw
+-- order), for the demands of ONE account, named as a value in every statement, so that Citus can route
+-- each to the account's shard from inside the shard's trigger (a join on the arrays' accounts cannot be
+-- planned there). Every caller passes one account: ledger_lots per entry, lots_repay per account.
+CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint, p_repay boolean)
+    RETURNS void
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    account text := p_accounts[1];
+BEGIN
+    IF array_length(p_accounts, 1) IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_accounts) a WHERE a IS DISTINCT FROM account) THEN
+        RAISE EXCEPTION 'lots_draw on Citus draws for one account at a time';
+    END IF;
+    WITH demand AS (
+        SELECT d.entry_id, d.seq, d.need,
+               sum(d.need) OVER (ORDER BY d.seq ROWS UNBOUNDED PRECEDING) - d.need AS lo
+        FROM unnest(p_entries, p_seqs, p_needs) AS d (entry_id, seq, need)
+    ), supply AS MATERIALIZED (
+        SELECT s.lot_id, s.remaining, s.lo
+        FROM (
+            SELECT l.id AS lot_id, l.remaining,
+                   sum(l.remaining) OVER (
+                       ORDER BY coalesce(l.id = p_first_lot, false) DESC, l.priority, l.expires_at NULLS LAST,
+                                l.category = 'paid', l.id
+                       ROWS UNBOUNDED PRECEDING) - l.remaining AS lo
+            FROM credit_lots l
+            WHERE l.account_id = account AND l.closed_at IS NULL AND l.remaining > 0
+        ) s
+        WHERE s.lo < (SELECT sum(need) FROM demand)
+    ), draws AS MATERIALIZED (
+        SELECT d.entry_id, s.lot_id,
+               (least(d.lo + d.need, s.lo + s.remaining) - greatest(d.lo, s.lo))::bigint AS amount
+        FROM demand d
+        JOIN supply s ON s.lo < d.lo + d.need AND d.lo < s.lo + s.remaining
+    ), drawn AS (
+        INSERT INTO lot_draws AS x (account_id, entry_id, lot_id, amount)
+        SELECT account, entry_id, lot_id, amount FROM draws
+        ON CONFLICT (account_id, entry_id, lot_id) DO UPDATE SET amount = x.amount + excluded.amount
+    ), lots AS (
+        UPDATE credit_lots l
+        SET remaining = l.remaining - t.amount
+        FROM (SELECT lot_id, sum(amount)::bigint AS amount FROM draws GROUP BY lot_id) t
+        WHERE l.account_id = account AND l.id = t.lot_id
+    ), uncovered AS MATERIALIZED (
+        SELECT d.entry_id, d.seq, (d.need - coalesce(w.amount, 0))::bigint AS uncovered
+        FROM demand d
+        LEFT JOIN (SELECT entry_id, sum(amount) AS amount FROM draws GROUP BY entry_id) w ON w.entry_id = d.entry_id
+    ), owed AS (
+        INSERT INTO lot_debts (account_id, entry_id, seq, uncovered)
+        SELECT account, entry_id, seq, uncovered FROM uncovered WHERE uncovered > 0
+        ON CONFLICT (account_id, entry_id) DO UPDATE SET uncovered = excluded.uncovered
+    )
+    DELETE FROM lot_debts x
+    USING uncovered u
+    WHERE x.account_id = account AND u.uncovered = 0 AND x.entry_id = u.entry_id;
+END;
+$$;
+
+COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean) IS
+    'On Citus: draws the demands of one account (entry, seq, amount needed; arrays in lockstep) from its '
+    'open lots in draw order (p_first_lot first, when given), on the account''s shard: lot_draws (added to '
+    'for a repaid debt), lots'' remaining, and lot_debts for what no lot covered. Called by ledger_lots and '
+    'lots_repay under the account''s row lock.';
+
+DROP TRIGGER ledger_lots ON ledger;
+DROP FUNCTION ledger_lots_apply();
+
+CREATE FUNCTION ledger_lots_apply_entry() RETURNS trigger
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    e          ledger := NEW;
+    first_lot  bigint;
+    reversal   bigint;
+    refilled   bigint;
+    rest       bigint;
+    cancelled  bigint;
+BEGIN
+    CASE
+    WHEN e.kind IN ('expiry', 'void') THEN
+        -- Keyed expire:{lot_id}[:...] or void:{lot_id}[:...]: takes that lot's remaining and closes it.
+        first_lot := split_part(e.dedupe_key, ':', 2)::bigint;
+        INSERT INTO lot_draws (account_id, entry_id, lot_id, amount)
+        VALUES (e.account_id, e.id, first_lot, -e.amount);
+        UPDATE credit_lots
+        SET remaining = remaining + e.amount, closed_at = coalesce(closed_at, e.created_at)
+        WHERE account_id = e.account_id AND id = first_lot;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'entry % takes lot % of account %, which does not exist', e.id, first_lot, e.account_id
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'lot_draws_lot_fk',
+                      DETAIL = 'constraint lot_draws_lot_fk on table lot_draws';
+        END IF;
+
+    WHEN e.amount < 0 THEN
+        -- A refund or dispute draws its own payment's lot first.
+        first_lot := NULL;
+        IF e.kind IN ('refund', 'dispute') AND e.payment_intent IS NOT NULL THEN
+            SELECT l.id INTO first_lot
+            FROM credit_lots l
+            JOIN ledger c ON c.id = l.entry_id AND c.account_id = l.account_id
+            WHERE l.account_id = e.account_id AND c.account_id = e.account_id
+              AND c.kind = 'topup' AND c.payment_intent = e.payment_intent
+            ORDER BY l.id
+            LIMIT 1;
+        END IF;
+        PERFORM lots_draw(ARRAY[e.account_id], ARRAY[e.id], ARRAY[e.seq], ARRAY[-e.amount], first_lot, false);
+
+    WHEN e.kind IN ('refund_restore', 'dispute_won') THEN
+        -- The reversal it undoes: the key of the same refund or dispute.
+        SELECT r.id INTO reversal
+        FROM ledger r
+        WHERE r.dedupe_key = CASE e.kind
+                  WHEN 'refund_restore' THEN regexp_replace(e.dedupe_key, '^stripe:refund-failed:', 'stripe:refund:')
+                  ELSE regexp_replace(e.dedupe_key, '^stripe:dispute-won:', 'stripe:dispute:')
+              END
+          AND r.account_id = e.account_id;
+        -- Refill the lots the reversal drew, amount for amount, up to the restore.
+        WITH d AS (
+            SELECT lot_id, amount,
+                   sum(amount) OVER (ORDER BY lot_id ROWS UNBOUNDED PRECEDING) - amount AS lo
+            FROM lot_draws
+            WHERE account_id = e.account_id AND entry_id = reversal
+        ), refill AS (
+            SELECT lot_id, least(amount, e.amount - lo)::bigint AS amount FROM d WHERE lo < e.amount
+        ), recorded AS (
+            INSERT INTO lot_refills (account_id, entry_id, lot_id, amount)
+            SELECT e.account_id, e.id, lot_id, amount FROM refill
+        ), moved AS (
+            UPDATE credit_lots l
+            SET remaining = l.remaining + r.amount
+            FROM refill r
+            WHERE l.account_id = e.account_id AND l.id = r.lot_id
+        )
+        SELECT coalesce(sum(amount), 0) INTO refilled FROM refill;
+        -- What no lot gave: first the reversal's own debt, if still owed, then a new paid lot.
+        rest := e.amount - refilled;
+        SELECT least(coalesce(max(uncovered), 0), rest) INTO cancelled
+        FROM lot_debts
+        WHERE account_id = e.account_id AND entry_id = reversal;
+        IF cancelled > 0 THEN
+            UPDATE lot_debts SET uncovered = uncovered - cancelled
+            WHERE account_id = e.account_id AND entry_id = reversal AND uncovered > cancelled;
+            DELETE FROM lot_debts WHERE account_id = e.account_id AND entry_id = reversal AND uncovered = cancelled;
+        END IF;
+        IF rest - cancelled > 0 THEN
+            INSERT INTO credit_lots (account_id, entry_id, category, amount, remaining, created_at)
+            VALUES (e.account_id, e.id, 'paid', rest - cancelled, rest - cancelled, e.created_at);
+        END IF;
+        -- A refilled lot that is closed or past its expiry: what it holds goes at once, as an expiry,
+        -- or as a void when the lot was closed before its time (voided). The entries are posted on this
+        -- shard (their keys name a lot id, unique across nodes, and this restore's entry id).
+        WITH gone AS (
+            SELECT l.id, l.remaining,
+                   CASE WHEN l.expires_at <= e.created_at OR l.closed_at IS NULL THEN 'expiry' ELSE 'void' END AS kind
+            FROM credit_lots l
+            JOIN lot_refills f ON f.account_id = l.account_id AND f.lot_id = l.id AND f.entry_id = e.id
+            WHERE l.account_id = e.account_id AND f.account_id = e.account_id
+              AND l.remaining > 0
+              AND (l.closed_at IS NOT NULL OR l.expires_at <= e.created_at)
+        ), steps AS (
+            SELECT g.*, row_number() OVER (ORDER BY g.id) AS k,
+                   sum(g.remaining) OVER (ORDER BY g.id ROWS UNBOUNDED PRECEDING) AS taken
+            FROM gone g
+        )
+        INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
+        SELECT a.id, s.kind, -s.remaining,
+               s.kind || ' of lot ' || s.id || ' refilled by entry ' || e.id,
+               CASE s.kind WHEN 'expiry' THEN 'expire:' ELSE 'void:' END || s.id || ':' || e.id,
+               a.last_seq + s.k, a.balance - s.taken
+        FROM steps s
+        JOIN accounts a ON a.id = e.account_id
+        ORDER BY s.k;
+        PERFORM lots_repay(e.account_id);
+
+    ELSE
+        -- topup, grant, or a positive adjustment: a new lot, which repays any debt first.
+        INSERT INTO credit_lots (account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+        SELECT e.account_id, e.id, t.category, coalesce(t.priority, 50), e.amount, e.amount,
+               coalesce(t.expires_at, e.created_at + CASE e.kind
+                   WHEN 'topup' THEN lots_ttl('onceledger.paid_credit_ttl')
+                   WHEN 'grant' THEN lots_ttl('onceledger.grant_ttl')
+               END),
+               e.created_at
+        FROM (
+            SELECT coalesce(max(x.category), CASE e.kind WHEN 'topup' THEN 'paid' ELSE 'promotional' END) AS category,
+                   max(x.priority) AS priority, max(x.expires_at) AS expires_at
+            FROM lot_terms x
+            WHERE x.account_id = e.account_id AND x.dedupe_key = e.dedupe_key
+        ) t;
+        PERFORM lots_repay(e.account_id);
+    END CASE;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION ledger_lots_apply_entry() IS
+    'On Citus, after each inserted ledger entry (after ledger_chain), on its shard: ledger_lots_apply one '
+    'entry at a time. Credits make lots (and repay debt), debits draw lots in draw order, refunds and '
+    'disputes their payment''s lot first, restores refill what their reversal drew, expiry and void entries '
+    'take and close their lot; every statement on the account''s colocated lot shards.';
+
+CREATE TRIGGER ledger_lots
+    AFTER INSERT ON ledger
+    FOR EACH ROW EXECUTE FUNCTION ledger_lots_apply_entry();
+
+COMMENT ON TRIGGER ledger_lots ON ledger IS
+    'On Citus: every entry moves the lots of its account on its shard, right after ledger_chain moved the '
+    'account, in seq order under the account lock: no posting path can forget a lot, and the order is the '
+    'ledger''s.';
+
+-- Auto-recharge and alerts (migration 000010): accounts_available_watch is deferred to commit, when it
+-- runs on the accounts shard that the debit moved, before the worker prepares its part of the two-phase
+-- commit. There Citus cannot plan a query on a distributed table (it refuses "a distributed query from a
+-- query on a shard" and the commit fails), so this variant of the same rule names the account's
+-- colocated shards, all on this node, as ledger_chain_advance_entry does. The keys the shards carry
+-- have the shard's suffix in their names, so conflicts are named by their columns
+-- (recharge_attempts_episode_key is (account_id, episode), balance_alerts_pkey (account_id, threshold,
+-- episode)).
+CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    accounts_shard text := shard_name('accounts'::regclass, get_shard_id_for_distribution_column('accounts', NEW.id));
+    attempts_shard text := shard_name('recharge_attempts'::regclass,
+                                      get_shard_id_for_distribution_column('recharge_attempts', NEW.id));
+    topups_shard   text := shard_name('topups'::regclass, get_shard_id_for_distribution_column('topups', NEW.id));
+    alerts_shard   text := shard_name('balance_alerts'::regclass,
+                                      get_shard_id_for_distribution_column('balance_alerts', NEW.id));
+    a accounts;
+BEGIN
+    -- The account as the transaction leaves it (see the plain function in migration 000010).
+    EXECUTE format('SELECT * FROM %s WHERE id = $1', accounts_shard) INTO a USING NEW.id;
+
+    IF a.recharge_enabled AND a.balance - a.held < a.recharge_threshold THEN
+        EXECUTE format('WITH attempt AS ('
+                       '    INSERT INTO %s (account_id, id, episode, topup_id, amount)'
+                       '    SELECT $1, s.id, $2, ''rch_'' || s.id, $3'
+                       '    FROM (SELECT nextval(''recharge_attempts_id_seq'') AS id) s'
+                       '    ON CONFLICT (account_id, episode) DO NOTHING'
+                       '    RETURNING account_id, topup_id, amount'
+                       ') '
+                       'INSERT INTO %s (id, account_id, amount, currency) '
+                       'SELECT topup_id, account_id, amount, $4 FROM attempt', attempts_shard, topups_shard)
+            USING a.id, a.recharge_episode, a.recharge_amount, a.currency;
+    ELSIF a.recharge_threshold IS NOT NULL AND a.balance - a.held >= a.recharge_threshold THEN
+        EXECUTE format('UPDATE %s SET recharge_episode = recharge_episode + 1 '
+                       'WHERE id = $1 AND EXISTS (SELECT 1 FROM %s r WHERE r.account_id = $1 AND r.episode = $2)',
+                       accounts_shard, attempts_shard)
+            USING a.id, a.recharge_episode;
+    END IF;
+
+    IF a.low_balance_alert IS NULL THEN
+        RETURN NULL;
+    ELSIF a.balance - a.held < a.low_balance_alert THEN
+        EXECUTE format('INSERT INTO %s (account_id, threshold, episode, low_available) VALUES ($1, $2, $3, $4) '
+                       'ON CONFLICT (account_id, threshold, episode) DO NOTHING', alerts_shard)
+            USING a.id, a.low_balance_alert, a.alert_episode, a.balance - a.held;
+    ELSE
+        EXECUTE format('WITH recovered AS ('
+                       '    UPDATE %s SET recovered_at = now(), recovered_available = $4'
+                       '    WHERE account_id = $1 AND threshold = $2 AND episode = $3 AND recovered_at IS NULL'
+                       '    RETURNING account_id'
+                       ') '
+                       'UPDATE %s SET alert_episode = alert_episode + 1 WHERE id IN (SELECT account_id FROM recovered)',
+                       alerts_shard, accounts_shard)
+            USING a.id, a.low_balance_alert, a.alert_episode, a.balance - a.held;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION accounts_available_watch() IS
+    'At commit, for an account whose balance or held the transaction moved (on Citus, on the account''s '
+    'shard and its colocated shards): below its recharge threshold, inserts the episode''s one recharge '
+    'attempt with its pending order; at or above it after an attempt, starts the next episode. Likewise '
+    'records balance.low / balance.recovered once per alert episode.';
+
 -- Unique keys that include the distribution column.
 ALTER TABLE ledger DROP CONSTRAINT ledger_pkey, ADD CONSTRAINT ledger_pkey PRIMARY KEY (account_id, id);
 COMMENT ON CONSTRAINT ledger_pkey ON ledger IS

@@ -170,3 +170,55 @@ WHERE account_id = @account_id
   AND status = 'pending'
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
           idempotency_key, request_fingerprint;
+
+-- name: CitusDedupeClaimsForExpiries :many
+-- CreditLotsExpire on Citus, first step: claims expire:{lot_id} for every open lot past its expiry with
+-- something left of the locked accounts (account_ids), in one statement; the keys returned, with their
+-- accounts, are the expiries to post now.
+INSERT INTO dedupe_claims (dedupe_key, account_id)
+SELECT 'expire:' || l.id, l.account_id
+FROM credit_lots l
+WHERE l.account_id = ANY(@account_ids::text[])
+  AND l.closed_at IS NULL AND l.expires_at <= now() AND l.remaining > 0
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING dedupe_key, account_id;
+
+-- name: CitusCreditLotsExpireForAccount :many
+-- CreditLotsExpire on Citus, per locked account on its shard: an expiry entry of -remaining for each lot
+-- whose key it claimed (CitusDedupeClaimsForExpiries, under the account's lock, so the lots are still
+-- open and remaining is exact), chained from its last_seq and balance in lot id order; ledger_lots takes
+-- each lot's remaining and closes it.
+WITH due AS (
+    SELECT l.account_id, l.id, l.remaining,
+           row_number() OVER w AS k,
+           sum(l.remaining) OVER w AS taken
+    FROM credit_lots l
+    WHERE l.account_id = @account_id
+      AND 'expire:' || l.id = ANY(@claimed::text[])
+    WINDOW w AS (ORDER BY l.id ROWS UNBOUNDED PRECEDING)
+)
+INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
+SELECT a.id, 'expiry', -d.remaining, 'lot ' || d.id || ' expired', 'expire:' || d.id,
+       a.last_seq + d.k, (a.balance - d.taken)::bigint
+FROM due d
+JOIN accounts a ON a.id = d.account_id
+WHERE a.id = @account_id
+ORDER BY d.k
+RETURNING id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at;
+
+-- name: CitusCreditLotsCloseExpiredEmptyForAccount :execrows
+-- CreditLotsCloseExpiredEmpty on one locked account's shard (a multi-shard UPDATE would lock every shard
+-- of credit_lots and queue every other pass behind it). Closed at the transaction's time: Citus refuses a
+-- volatile function (clock_timestamp) in an UPDATE of a distributed table.
+UPDATE credit_lots
+SET closed_at = now()
+WHERE account_id = @account_id
+  AND closed_at IS NULL AND expires_at <= now() AND remaining = 0;
+
+-- name: CitusCreditLotsClose :one
+-- CreditLotsClose on Citus, closed at the transaction's time (Citus refuses a volatile function in an
+-- UPDATE of a distributed table). Returns no row when it was closed already or still holds credit.
+UPDATE credit_lots
+SET closed_at = now()
+WHERE account_id = @account_id AND id = @id AND closed_at IS NULL AND remaining = 0
+RETURNING id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at;

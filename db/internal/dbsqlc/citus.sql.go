@@ -53,6 +53,138 @@ func (q *Queries) CitusAccountsLockOne(ctx context.Context, id string) (string, 
 	return id_2, err
 }
 
+const citusCreditLotsClose = `-- name: CitusCreditLotsClose :one
+UPDATE credit_lots
+SET closed_at = now()
+WHERE account_id = $1 AND id = $2 AND closed_at IS NULL AND remaining = 0
+RETURNING id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at
+`
+
+type CitusCreditLotsCloseParams struct {
+	AccountID string
+	ID        int64
+}
+
+type CitusCreditLotsCloseRow struct {
+	ID        int64
+	AccountID string
+	EntryID   int64
+	Category  string
+	Priority  int16
+	Amount    int64
+	Remaining int64
+	ExpiresAt *time.Time
+	CreatedAt time.Time
+	ClosedAt  *time.Time
+}
+
+// CreditLotsClose on Citus, closed at the transaction's time (Citus refuses a volatile function in an
+// UPDATE of a distributed table). Returns no row when it was closed already or still holds credit.
+func (q *Queries) CitusCreditLotsClose(ctx context.Context, arg CitusCreditLotsCloseParams) (CitusCreditLotsCloseRow, error) {
+	row := q.db.QueryRow(ctx, citusCreditLotsClose, arg.AccountID, arg.ID)
+	var i CitusCreditLotsCloseRow
+	err := row.Scan(
+		&i.ID,
+		&i.AccountID,
+		&i.EntryID,
+		&i.Category,
+		&i.Priority,
+		&i.Amount,
+		&i.Remaining,
+		&i.ExpiresAt,
+		&i.CreatedAt,
+		&i.ClosedAt,
+	)
+	return i, err
+}
+
+const citusCreditLotsCloseExpiredEmptyForAccount = `-- name: CitusCreditLotsCloseExpiredEmptyForAccount :execrows
+UPDATE credit_lots
+SET closed_at = now()
+WHERE account_id = $1
+  AND closed_at IS NULL AND expires_at <= now() AND remaining = 0
+`
+
+// CreditLotsCloseExpiredEmpty on one locked account's shard (a multi-shard UPDATE would lock every shard
+// of credit_lots and queue every other pass behind it). Closed at the transaction's time: Citus refuses a
+// volatile function (clock_timestamp) in an UPDATE of a distributed table.
+func (q *Queries) CitusCreditLotsCloseExpiredEmptyForAccount(ctx context.Context, accountID string) (int64, error) {
+	result, err := q.db.Exec(ctx, citusCreditLotsCloseExpiredEmptyForAccount, accountID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const citusCreditLotsExpireForAccount = `-- name: CitusCreditLotsExpireForAccount :many
+WITH due AS (
+    SELECT l.account_id, l.id, l.remaining,
+           row_number() OVER w AS k,
+           sum(l.remaining) OVER w AS taken
+    FROM credit_lots l
+    WHERE l.account_id = $1
+      AND 'expire:' || l.id = ANY($2::text[])
+    WINDOW w AS (ORDER BY l.id ROWS UNBOUNDED PRECEDING)
+)
+INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
+SELECT a.id, 'expiry', -d.remaining, 'lot ' || d.id || ' expired', 'expire:' || d.id,
+       a.last_seq + d.k, (a.balance - d.taken)::bigint
+FROM due d
+JOIN accounts a ON a.id = d.account_id
+WHERE a.id = $1
+ORDER BY d.k
+RETURNING id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at
+`
+
+type CitusCreditLotsExpireForAccountParams struct {
+	AccountID string
+	Claimed   []string
+}
+
+type CitusCreditLotsExpireForAccountRow struct {
+	ID           int64
+	AccountID    string
+	Amount       int64
+	Description  string
+	DedupeKey    string
+	Seq          int64
+	BalanceAfter int64
+	CreatedAt    time.Time
+}
+
+// CreditLotsExpire on Citus, per locked account on its shard: an expiry entry of -remaining for each lot
+// whose key it claimed (CitusDedupeClaimsForExpiries, under the account's lock, so the lots are still
+// open and remaining is exact), chained from its last_seq and balance in lot id order; ledger_lots takes
+// each lot's remaining and closes it.
+func (q *Queries) CitusCreditLotsExpireForAccount(ctx context.Context, arg CitusCreditLotsExpireForAccountParams) ([]CitusCreditLotsExpireForAccountRow, error) {
+	rows, err := q.db.Query(ctx, citusCreditLotsExpireForAccount, arg.AccountID, arg.Claimed)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CitusCreditLotsExpireForAccountRow{}
+	for rows.Next() {
+		var i CitusCreditLotsExpireForAccountRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.Seq,
+			&i.BalanceAfter,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const citusDecisionsBillingLag = `-- name: CitusDecisionsBillingLag :one
 WITH latest AS (
     SELECT id, account_id
@@ -210,6 +342,44 @@ func (q *Queries) CitusDedupeClaimsForDecisions(ctx context.Context, arg CitusDe
 	items := []CitusDedupeClaimsForDecisionsRow{}
 	for rows.Next() {
 		var i CitusDedupeClaimsForDecisionsRow
+		if err := rows.Scan(&i.DedupeKey, &i.AccountID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const citusDedupeClaimsForExpiries = `-- name: CitusDedupeClaimsForExpiries :many
+INSERT INTO dedupe_claims (dedupe_key, account_id)
+SELECT 'expire:' || l.id, l.account_id
+FROM credit_lots l
+WHERE l.account_id = ANY($1::text[])
+  AND l.closed_at IS NULL AND l.expires_at <= now() AND l.remaining > 0
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING dedupe_key, account_id
+`
+
+type CitusDedupeClaimsForExpiriesRow struct {
+	DedupeKey string
+	AccountID string
+}
+
+// CreditLotsExpire on Citus, first step: claims expire:{lot_id} for every open lot past its expiry with
+// something left of the locked accounts (account_ids), in one statement; the keys returned, with their
+// accounts, are the expiries to post now.
+func (q *Queries) CitusDedupeClaimsForExpiries(ctx context.Context, accountIds []string) ([]CitusDedupeClaimsForExpiriesRow, error) {
+	rows, err := q.db.Query(ctx, citusDedupeClaimsForExpiries, accountIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CitusDedupeClaimsForExpiriesRow{}
+	for rows.Next() {
+		var i CitusDedupeClaimsForExpiriesRow
 		if err := rows.Scan(&i.DedupeKey, &i.AccountID); err != nil {
 			return nil, err
 		}
