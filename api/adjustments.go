@@ -85,8 +85,10 @@ func handlePostAdjustment(d Deps) http.Handler {
 		if *req.Amount < 0 && (req.Category != nil || req.Priority != nil || req.ExpiresAt != nil) {
 			return badRequest("invalid_lot_terms", "category, priority and expires_at are for credits (a positive amount)")
 		}
-		if *req.Amount > 0 {
+		if *req.Amount > 0 && (req.Category != nil || req.Priority != nil || req.ExpiresAt != nil) {
 			// Stored under the posting's key before it is posted: the trigger making its lot reads them.
+			// Without them the trigger makes the default lot (promotional, 50, never), and the credit
+			// costs no write of its own before its group commit.
 			if err := db.SetLotTerms(r.Context(), d.Pool, id, adjustmentKey(id, key), terms); err != nil {
 				return err
 			}

@@ -311,6 +311,28 @@ BEGIN
         RETURN NULL;
     END IF;
 
+    -- A statement of plain credits (top-ups, grants, positive adjustments; a group commit of them) on
+    -- accounts without debt: one lot per credit, in one statement, since there is no debt to repay.
+    IF NOT EXISTS (
+        SELECT 1 FROM new_entries WHERE amount < 0 OR kind IN ('refund_restore', 'dispute_won')
+    ) AND NOT EXISTS (
+        SELECT 1 FROM lot_debts d WHERE d.account_id IN (SELECT account_id FROM new_entries)
+    ) THEN
+        INSERT INTO credit_lots (account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+        SELECT n.account_id, n.id,
+               coalesce(t.category, CASE n.kind WHEN 'topup' THEN 'paid' ELSE 'promotional' END),
+               coalesce(t.priority, 50), n.amount, n.amount,
+               coalesce(t.expires_at, n.created_at + CASE n.kind
+                   WHEN 'topup' THEN lots_ttl('onceledger.paid_credit_ttl')
+                   WHEN 'grant' THEN lots_ttl('onceledger.grant_ttl')
+               END),
+               n.created_at
+        FROM new_entries n
+        LEFT JOIN lot_terms t ON t.account_id = n.account_id AND t.dedupe_key = n.dedupe_key
+        ORDER BY n.account_id, n.seq;
+        RETURN NULL;
+    END IF;
+
     -- Otherwise entry by entry, in each account's seq order; each step is itself set-based.
     FOR e IN SELECT * FROM new_entries ORDER BY account_id, seq LOOP
         CASE
@@ -433,7 +455,8 @@ COMMENT ON FUNCTION ledger_lots_apply() IS
     'After each INSERT statement on the ledger (after ledger_chain): credits make lots (and repay debt), '
     'debits draw lots in draw order, refunds and disputes their payment''s lot first, restores refill what '
     'their reversal drew, expiry and void entries take and close their lot. Plain debits only: one '
-    'set-based allocation for the whole statement.';
+    'set-based allocation for the whole statement; plain credits on accounts without debt: one insert of '
+    'their lots.';
 
 CREATE TRIGGER ledger_lots
     AFTER INSERT ON ledger
