@@ -2,6 +2,7 @@
 -- ledger is append-only, and those entries mean nothing without lots.
 DROP TRIGGER ledger_lots ON ledger;
 DROP FUNCTION ledger_lots_apply();
+DROP FUNCTION lots_apply_entry(ledger);
 DROP FUNCTION lots_ttl(text);
 DROP FUNCTION lots_repay(text);
 DROP FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean);

@@ -290,16 +290,143 @@ COMMENT ON FUNCTION lots_ttl(text) IS
     'The lifetime named by a session setting (onceledger.paid_credit_ttl, onceledger.grant_ttl), which the '
     'server sets on each connection from PAID_CREDIT_TTL and GRANT_TTL; null (never expires) when unset.';
 
-CREATE FUNCTION ledger_lots_apply() RETURNS trigger
+-- lots_apply_entry moves the lots of one entry's account for that entry: the one place for the per-entry
+-- rules, called by ledger_lots_apply here and by the row-level ledger_lots on Citus (sql/citus).
+CREATE FUNCTION lots_apply_entry(e ledger) RETURNS void
     LANGUAGE plpgsql AS
 $$
 DECLARE
-    e          record;
     first_lot  bigint;
     reversal   bigint;
     refilled   bigint;
     rest       bigint;
     cancelled  bigint;
+BEGIN
+    CASE
+    WHEN e.kind IN ('expiry', 'void') THEN
+        -- Keyed expire:{lot_id}[:...] or void:{lot_id}[:...]: takes that lot's remaining and closes it.
+        first_lot := split_part(e.dedupe_key, ':', 2)::bigint;
+        INSERT INTO lot_draws (account_id, entry_id, lot_id, amount)
+        VALUES (e.account_id, e.id, first_lot, -e.amount);
+        UPDATE credit_lots
+        SET remaining = remaining + e.amount, closed_at = coalesce(closed_at, e.created_at)
+        WHERE account_id = e.account_id AND id = first_lot;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'entry % takes lot % of account %, which does not exist', e.id, first_lot, e.account_id
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'lot_draws_lot_fk',
+                      DETAIL = 'constraint lot_draws_lot_fk on table lot_draws';
+        END IF;
+
+    WHEN e.amount < 0 THEN
+        -- A refund or dispute draws its own payment's lot first.
+        first_lot := NULL;
+        IF e.kind IN ('refund', 'dispute') AND e.payment_intent IS NOT NULL THEN
+            SELECT l.id INTO first_lot
+            FROM credit_lots l
+            JOIN ledger c ON c.id = l.entry_id AND c.account_id = l.account_id
+            WHERE l.account_id = e.account_id AND c.account_id = e.account_id
+              AND c.kind = 'topup' AND c.payment_intent = e.payment_intent
+            ORDER BY l.id
+            LIMIT 1;
+        END IF;
+        PERFORM lots_draw(ARRAY[e.account_id], ARRAY[e.id], ARRAY[e.seq], ARRAY[-e.amount], first_lot, false);
+
+    WHEN e.kind IN ('refund_restore', 'dispute_won') THEN
+        -- The reversal it undoes: the key of the same refund or dispute.
+        SELECT r.id INTO reversal
+        FROM ledger r
+        WHERE r.dedupe_key = CASE e.kind
+                  WHEN 'refund_restore' THEN regexp_replace(e.dedupe_key, '^stripe:refund-failed:', 'stripe:refund:')
+                  ELSE regexp_replace(e.dedupe_key, '^stripe:dispute-won:', 'stripe:dispute:')
+              END
+          AND r.account_id = e.account_id;
+        -- Refill the lots the reversal drew, amount for amount, up to the restore.
+        WITH d AS (
+            SELECT lot_id, amount,
+                   sum(amount) OVER (ORDER BY lot_id ROWS UNBOUNDED PRECEDING) - amount AS lo
+            FROM lot_draws
+            WHERE account_id = e.account_id AND entry_id = reversal
+        ), refill AS (
+            SELECT lot_id, least(amount, e.amount - lo)::bigint AS amount FROM d WHERE lo < e.amount
+        ), recorded AS (
+            INSERT INTO lot_refills (account_id, entry_id, lot_id, amount)
+            SELECT e.account_id, e.id, lot_id, amount FROM refill
+        ), moved AS (
+            UPDATE credit_lots l
+            SET remaining = l.remaining + r.amount
+            FROM refill r
+            WHERE l.account_id = e.account_id AND l.id = r.lot_id
+        )
+        SELECT coalesce(sum(amount), 0) INTO refilled FROM refill;
+        -- What no lot gave: first the reversal's own debt, if still owed, then a new paid lot.
+        rest := e.amount - refilled;
+        SELECT least(coalesce(max(uncovered), 0), rest) INTO cancelled
+        FROM lot_debts
+        WHERE account_id = e.account_id AND entry_id = reversal;
+        IF cancelled > 0 THEN
+            UPDATE lot_debts SET uncovered = uncovered - cancelled
+            WHERE account_id = e.account_id AND entry_id = reversal AND uncovered > cancelled;
+            DELETE FROM lot_debts WHERE account_id = e.account_id AND entry_id = reversal AND uncovered = cancelled;
+        END IF;
+        IF rest - cancelled > 0 THEN
+            INSERT INTO credit_lots (account_id, entry_id, category, amount, remaining, created_at)
+            VALUES (e.account_id, e.id, 'paid', rest - cancelled, rest - cancelled, e.created_at);
+        END IF;
+        -- A refilled lot that is closed or past its expiry: what it holds goes at once, as an expiry,
+        -- or as a void when the lot was closed before its time (voided).
+        WITH gone AS (
+            SELECT l.id, l.remaining,
+                   CASE WHEN l.expires_at <= e.created_at OR l.closed_at IS NULL THEN 'expiry' ELSE 'void' END AS kind
+            FROM credit_lots l
+            JOIN lot_refills f ON f.account_id = l.account_id AND f.lot_id = l.id AND f.entry_id = e.id
+            WHERE l.account_id = e.account_id AND f.account_id = e.account_id
+              AND l.remaining > 0
+              AND (l.closed_at IS NOT NULL OR l.expires_at <= e.created_at)
+        ), steps AS (
+            SELECT g.*, row_number() OVER (ORDER BY g.id) AS k,
+                   sum(g.remaining) OVER (ORDER BY g.id ROWS UNBOUNDED PRECEDING) AS taken
+            FROM gone g
+        )
+        INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
+        SELECT a.id, s.kind, -s.remaining,
+               s.kind || ' of lot ' || s.id || ' refilled by entry ' || e.id,
+               CASE s.kind WHEN 'expiry' THEN 'expire:' ELSE 'void:' END || s.id || ':' || e.id,
+               a.last_seq + s.k, a.balance - s.taken
+        FROM steps s
+        JOIN accounts a ON a.id = e.account_id
+        ORDER BY s.k;
+        PERFORM lots_repay(e.account_id);
+
+    ELSE
+        -- topup, grant, or a positive adjustment: a new lot, which repays any debt first.
+        INSERT INTO credit_lots (account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+        SELECT e.account_id, e.id, t.category, coalesce(t.priority, 50), e.amount, e.amount,
+               coalesce(t.expires_at, e.created_at + CASE e.kind
+                   WHEN 'topup' THEN lots_ttl('onceledger.paid_credit_ttl')
+                   WHEN 'grant' THEN lots_ttl('onceledger.grant_ttl')
+               END),
+               e.created_at
+        FROM (
+            SELECT coalesce(max(x.category), CASE e.kind WHEN 'topup' THEN 'paid' ELSE 'promotional' END) AS category,
+                   max(x.priority) AS priority, max(x.expires_at) AS expires_at
+            FROM lot_terms x
+            WHERE x.account_id = e.account_id AND x.dedupe_key = e.dedupe_key
+        ) t;
+        PERFORM lots_repay(e.account_id);
+    END CASE;
+END;
+$$;
+
+COMMENT ON FUNCTION lots_apply_entry(ledger) IS
+    'One entry''s lot work, under its account''s lock: a credit makes its lot (and repays debt), a debit draws '
+    'in draw order (a refund or dispute its payment''s lot first), a restore refills what its reversal drew, '
+    'an expiry or void entry takes and closes its lot.';
+
+CREATE FUNCTION ledger_lots_apply() RETURNS trigger
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    e          ledger;
 BEGIN
     -- A statement of plain debits (billing, usage, negative adjustments, captures): one allocation.
     IF NOT EXISTS (
@@ -335,117 +462,7 @@ BEGIN
 
     -- Otherwise entry by entry, in each account's seq order; each step is itself set-based.
     FOR e IN SELECT * FROM new_entries ORDER BY account_id, seq LOOP
-        CASE
-        WHEN e.kind IN ('expiry', 'void') THEN
-            -- Keyed expire:{lot_id}[:...] or void:{lot_id}[:...]: takes that lot's remaining and closes it.
-            first_lot := split_part(e.dedupe_key, ':', 2)::bigint;
-            INSERT INTO lot_draws (account_id, entry_id, lot_id, amount)
-            VALUES (e.account_id, e.id, first_lot, -e.amount);
-            UPDATE credit_lots
-            SET remaining = remaining + e.amount, closed_at = coalesce(closed_at, e.created_at)
-            WHERE account_id = e.account_id AND id = first_lot;
-            IF NOT FOUND THEN
-                RAISE EXCEPTION 'entry % takes lot % of account %, which does not exist', e.id, first_lot, e.account_id
-                    USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'lot_draws_lot_fk';
-            END IF;
-
-        WHEN e.amount < 0 THEN
-            -- A refund or dispute draws its own payment's lot first.
-            first_lot := NULL;
-            IF e.kind IN ('refund', 'dispute') AND e.payment_intent IS NOT NULL THEN
-                SELECT l.id INTO first_lot
-                FROM credit_lots l
-                JOIN ledger c ON c.id = l.entry_id
-                WHERE l.account_id = e.account_id AND c.account_id = e.account_id
-                  AND c.kind = 'topup' AND c.payment_intent = e.payment_intent
-                ORDER BY l.id
-                LIMIT 1;
-            END IF;
-            PERFORM lots_draw(ARRAY[e.account_id], ARRAY[e.id], ARRAY[e.seq], ARRAY[-e.amount], first_lot, false);
-
-        WHEN e.kind IN ('refund_restore', 'dispute_won') THEN
-            -- The reversal it undoes: the key of the same refund or dispute.
-            SELECT r.id INTO reversal
-            FROM ledger r
-            WHERE r.dedupe_key = CASE e.kind
-                      WHEN 'refund_restore' THEN regexp_replace(e.dedupe_key, '^stripe:refund-failed:', 'stripe:refund:')
-                      ELSE regexp_replace(e.dedupe_key, '^stripe:dispute-won:', 'stripe:dispute:')
-                  END
-              AND r.account_id = e.account_id;
-            -- Refill the lots the reversal drew, amount for amount, up to the restore.
-            WITH d AS (
-                SELECT lot_id, amount,
-                       sum(amount) OVER (ORDER BY lot_id ROWS UNBOUNDED PRECEDING) - amount AS lo
-                FROM lot_draws
-                WHERE account_id = e.account_id AND entry_id = reversal
-            ), refill AS (
-                SELECT lot_id, least(amount, e.amount - lo)::bigint AS amount FROM d WHERE lo < e.amount
-            ), recorded AS (
-                INSERT INTO lot_refills (account_id, entry_id, lot_id, amount)
-                SELECT e.account_id, e.id, lot_id, amount FROM refill
-            ), moved AS (
-                UPDATE credit_lots l
-                SET remaining = l.remaining + r.amount
-                FROM refill r
-                WHERE l.account_id = e.account_id AND l.id = r.lot_id
-            )
-            SELECT coalesce(sum(amount), 0) INTO refilled FROM refill;
-            -- What no lot gave: first the reversal's own debt, if still owed, then a new paid lot.
-            rest := e.amount - refilled;
-            SELECT least(coalesce(max(uncovered), 0), rest) INTO cancelled
-            FROM lot_debts
-            WHERE account_id = e.account_id AND entry_id = reversal;
-            IF cancelled > 0 THEN
-                UPDATE lot_debts SET uncovered = uncovered - cancelled
-                WHERE account_id = e.account_id AND entry_id = reversal AND uncovered > cancelled;
-                DELETE FROM lot_debts WHERE account_id = e.account_id AND entry_id = reversal AND uncovered = cancelled;
-            END IF;
-            IF rest - cancelled > 0 THEN
-                INSERT INTO credit_lots (account_id, entry_id, category, amount, remaining, created_at)
-                VALUES (e.account_id, e.id, 'paid', rest - cancelled, rest - cancelled, e.created_at);
-            END IF;
-            -- A refilled lot that is closed or past its expiry: what it holds goes at once, as an expiry,
-            -- or as a void when the lot was closed before its time (voided).
-            WITH gone AS (
-                SELECT l.id, l.remaining,
-                       CASE WHEN l.expires_at <= e.created_at OR l.closed_at IS NULL THEN 'expiry' ELSE 'void' END AS kind
-                FROM credit_lots l
-                JOIN lot_refills f ON f.account_id = l.account_id AND f.lot_id = l.id AND f.entry_id = e.id
-                WHERE l.account_id = e.account_id
-                  AND l.remaining > 0
-                  AND (l.closed_at IS NOT NULL OR l.expires_at <= e.created_at)
-            ), steps AS (
-                SELECT g.*, row_number() OVER (ORDER BY g.id) AS k,
-                       sum(g.remaining) OVER (ORDER BY g.id ROWS UNBOUNDED PRECEDING) AS taken
-                FROM gone g
-            )
-            INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
-            SELECT a.id, s.kind, -s.remaining,
-                   s.kind || ' of lot ' || s.id || ' refilled by entry ' || e.id,
-                   CASE s.kind WHEN 'expiry' THEN 'expire:' ELSE 'void:' END || s.id || ':' || e.id,
-                   a.last_seq + s.k, a.balance - s.taken
-            FROM steps s
-            JOIN accounts a ON a.id = e.account_id
-            ORDER BY s.k;
-            PERFORM lots_repay(e.account_id);
-
-        ELSE
-            -- topup, grant, or a positive adjustment: a new lot, which repays any debt first.
-            INSERT INTO credit_lots (account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
-            SELECT e.account_id, e.id, t.category, coalesce(t.priority, 50), e.amount, e.amount,
-                   coalesce(t.expires_at, e.created_at + CASE e.kind
-                       WHEN 'topup' THEN lots_ttl('onceledger.paid_credit_ttl')
-                       WHEN 'grant' THEN lots_ttl('onceledger.grant_ttl')
-                   END),
-                   e.created_at
-            FROM (
-                SELECT coalesce(max(x.category), CASE e.kind WHEN 'topup' THEN 'paid' ELSE 'promotional' END) AS category,
-                       max(x.priority) AS priority, max(x.expires_at) AS expires_at
-                FROM lot_terms x
-                WHERE x.account_id = e.account_id AND x.dedupe_key = e.dedupe_key
-            ) t;
-            PERFORM lots_repay(e.account_id);
-        END CASE;
+        PERFORM lots_apply_entry(e);
     END LOOP;
     RETURN NULL;
 END;
