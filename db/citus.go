@@ -79,6 +79,11 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 			return err
 		}
 	}
+	// A function taking a ledger row was left on the coordinator when its migration ran: the table was
+	// not distributed yet. The shards' ledger_lots trigger calls it on the workers.
+	if _, err := conn.Exec(ctx, `SELECT create_distributed_function('lots_apply_entry(ledger)')`); err != nil {
+		return fmt.Errorf("distribute lots_apply_entry: %w", err)
+	}
 	return nil
 }
 

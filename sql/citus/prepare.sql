@@ -169,7 +169,8 @@ CREATE FUNCTION ledger_lots_apply_entry() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 BEGIN
-    PERFORM lots_apply_entry(NEW);
+    -- On a shard NEW is a row of the shard's table (ledger_NNNNNN): the same columns, another type.
+    PERFORM lots_apply_entry(NEW::text::ledger);
     RETURN NULL;
 END;
 $$;
