@@ -240,9 +240,11 @@ func nullable(s string) *string {
 	return &s
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// deref reads a nullable column: the zero value for NULL.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
 	}
-	return *s
+	return *p
 }

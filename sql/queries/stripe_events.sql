@@ -114,3 +114,24 @@ WHERE outcome = 'parked'
   AND payment_intent = @payment_intent::text
 ORDER BY seq
 LIMIT @max_rows;
+
+-- name: StripeEventsCheckoutState :one
+-- What a Checkout Session's completion needs to know before its transaction, in one read: whether the
+-- event was recorded already (a redelivery, answered with no transaction at all), the session's order,
+-- the account it credits (the order's, else the session's metadata account_id) and whether events are
+-- parked waiting for the payment. It decides only whether the happy path is worth trying: the
+-- transaction's own statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession,
+-- LedgerInsert) hold every guarantee again.
+SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text) AS recorded,
+       t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
+       t.status AS order_status,
+       a.id AS account_id, a.currency AS account_currency,
+       EXISTS (
+           SELECT 1 FROM stripe_events p
+           WHERE p.outcome = 'parked'
+             AND p.parked_reason = 'unknown_payment'
+             AND p.payment_intent = @payment_intent::text
+       ) AS parked_waiting
+FROM (SELECT) AS one
+LEFT JOIN topups t ON t.session_id = @session_id::text
+LEFT JOIN accounts a ON a.id = coalesce(t.account_id, @metadata_account_id::text);

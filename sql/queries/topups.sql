@@ -88,3 +88,49 @@ WHERE id = @id
   AND status = 'pending'
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
           idempotency_key, request_fingerprint;
+
+-- name: TopupsPaySession :one
+-- A Checkout Session's order made paid in one statement, by the webhook's first delivery of its
+-- completion (the happy path, which read the order before its transaction): the session's pending
+-- order of this amount and currency moves to paid, or, when the session has no order yet, its order is
+-- recorded already paid. Either way at most once per session: the UPDATE finds the order only while
+-- it is pending, and the INSERT, under topups_session_id_key, waits for a concurrent insert of the same
+-- session and then inserts nothing. Returns the order only when this statement made it paid; no row
+-- when it was paid or expired before, holds another amount or currency, or was recorded by another
+-- transaction meanwhile (the caller then rolls back and takes the general path). parked_waiting says
+-- whether events are parked waiting for the payment: run after StripeEventsLockPayment, this
+-- statement's snapshot sees a refund parked while the lock was awaited, and the caller rolls back
+-- for the general path, which re-applies them. Fails with topups_payment_intent_key when the payment
+-- already paid another order, and with topups_account_fk when the account does not exist.
+WITH paid_pending AS (
+    UPDATE topups t
+    SET status = 'paid', payment_intent = @payment_intent::text, paid_event_id = @paid_event_id::text, paid_at = now()
+    WHERE t.session_id = @session_id::text
+      AND t.status = 'pending'
+      AND t.amount = @amount::bigint
+      AND lower(t.currency) = lower(@currency::text)
+    RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
+              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
+), recorded_paid AS (
+    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
+    SELECT @id::text, @account_id::text, @session_id::text, @amount::bigint, @currency::text, 'paid',
+           @payment_intent::text, @paid_event_id::text, now()
+    WHERE NOT EXISTS (SELECT 1 FROM topups WHERE session_id = @session_id::text)
+    ON CONFLICT (session_id) DO NOTHING
+    RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
+              created_at, paid_at, idempotency_key, request_fingerprint
+), paid AS (
+    SELECT * FROM paid_pending
+    UNION ALL
+    SELECT * FROM recorded_paid
+)
+SELECT paid.id, paid.account_id, paid.session_id, paid.payment_intent, paid.amount, paid.currency, paid.status,
+       paid.checkout_url, paid.paid_event_id, paid.created_at, paid.paid_at, paid.idempotency_key,
+       paid.request_fingerprint,
+       EXISTS (
+           SELECT 1 FROM stripe_events e
+           WHERE e.outcome = 'parked'
+             AND e.parked_reason = 'unknown_payment'
+             AND e.payment_intent = @payment_intent::text
+       ) AS parked_waiting
+FROM paid;

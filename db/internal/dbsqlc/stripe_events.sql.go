@@ -10,6 +10,69 @@ import (
 	"time"
 )
 
+const stripeEventsCheckoutState = `-- name: StripeEventsCheckoutState :one
+SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = $1::text) AS recorded,
+       t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
+       t.status AS order_status,
+       a.id AS account_id, a.currency AS account_currency,
+       EXISTS (
+           SELECT 1 FROM stripe_events p
+           WHERE p.outcome = 'parked'
+             AND p.parked_reason = 'unknown_payment'
+             AND p.payment_intent = $2::text
+       ) AS parked_waiting
+FROM (SELECT) AS one
+LEFT JOIN topups t ON t.session_id = $3::text
+LEFT JOIN accounts a ON a.id = coalesce(t.account_id, $4::text)
+`
+
+type StripeEventsCheckoutStateParams struct {
+	EventID           string
+	PaymentIntent     string
+	SessionID         string
+	MetadataAccountID string
+}
+
+type StripeEventsCheckoutStateRow struct {
+	Recorded        bool
+	OrderID         *string
+	OrderAccountID  *string
+	OrderAmount     *int64
+	OrderCurrency   *string
+	OrderStatus     *string
+	AccountID       *string
+	AccountCurrency *string
+	ParkedWaiting   bool
+}
+
+// What a Checkout Session's completion needs to know before its transaction, in one read: whether the
+// event was recorded already (a redelivery, answered with no transaction at all), the session's order,
+// the account it credits (the order's, else the session's metadata account_id) and whether events are
+// parked waiting for the payment. It decides only whether the happy path is worth trying: the
+// transaction's own statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession,
+// LedgerInsert) hold every guarantee again.
+func (q *Queries) StripeEventsCheckoutState(ctx context.Context, arg StripeEventsCheckoutStateParams) (StripeEventsCheckoutStateRow, error) {
+	row := q.db.QueryRow(ctx, stripeEventsCheckoutState,
+		arg.EventID,
+		arg.PaymentIntent,
+		arg.SessionID,
+		arg.MetadataAccountID,
+	)
+	var i StripeEventsCheckoutStateRow
+	err := row.Scan(
+		&i.Recorded,
+		&i.OrderID,
+		&i.OrderAccountID,
+		&i.OrderAmount,
+		&i.OrderCurrency,
+		&i.OrderStatus,
+		&i.AccountID,
+		&i.AccountCurrency,
+		&i.ParkedWaiting,
+	)
+	return i, err
+}
+
 const stripeEventsExists = `-- name: StripeEventsExists :one
 SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = $1) AS recorded
 `
