@@ -99,6 +99,9 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if res, done, err := p.payCheckout(ctx, ev, raw); done {
+		return res, err
+	}
 	if ev.Type == "charge.refunded" {
 		// Its effects need the charge's refund list from Stripe; a redelivery needs none, and must stay
 		// a duplicate while Stripe is down. A committed row proves it; db.RecordEvent below still
