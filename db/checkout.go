@@ -20,11 +20,21 @@ type CheckoutState struct {
 	Account *Account
 	// ParkedWaiting: events are parked waiting for the payment.
 	ParkedWaiting bool
+	// Distributed: the database is a Citus cluster, where PayCheckout does not run (its statements
+	// read across shards) and only Recorded is read: every event takes the general path.
+	Distributed bool
 }
 
 // ReadCheckoutState reads, in one statement, what a completion of session needs to know before its
 // transaction: see CheckoutState.
 func ReadCheckoutState(ctx context.Context, q Conn, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error) {
+	if citus, err := onCitus(ctx, q); err != nil || citus {
+		if err != nil {
+			return CheckoutState{}, err
+		}
+		recorded, err := EventRecorded(ctx, q, eventID)
+		return CheckoutState{Recorded: recorded, Distributed: true}, err
+	}
 	r, err := dbsqlc.New(q).StripeEventsCheckoutState(ctx, dbsqlc.StripeEventsCheckoutStateParams{
 		EventID: eventID, SessionID: sessionID, MetadataAccountID: metadataAccountID, PaymentIntent: paymentIntent,
 	})

@@ -66,10 +66,10 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 }
 
 // payable: the general path would credit this session's order and park nothing. Its order, if any, is
-// pending with the session's amount and currency, the account exists in that currency, and no event
-// waits for the payment.
+// pending with the session's amount and currency, the account exists in that currency, no event waits
+// for the payment, and the database is plain PostgreSQL.
 func payable(state db.CheckoutState, s checkoutSession) bool {
-	if state.ParkedWaiting || state.Account == nil || !strings.EqualFold(state.Account.Currency, s.Currency) {
+	if state.Distributed || state.ParkedWaiting || state.Account == nil || !strings.EqualFold(state.Account.Currency, s.Currency) {
 		return false
 	}
 	if o := state.Order; o != nil {

@@ -186,7 +186,7 @@ func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
 	var cold32 result
 	for _, c := range []int{1, 8, 32, 64} {
 		run := fmt.Sprintf("c%d", c)
-		base := measure(ctx, "webhook cold, direct SQL", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		base := measure(ctx, "webhook cold, direct SQL (fixed reference: 6 round trips)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error { return applyTopupDirect(ctx, b.pool, newTopupEvent("d"+run, i, accounts)) })
 		})
 		served := measure(ctx, "webhook cold", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
