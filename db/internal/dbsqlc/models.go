@@ -216,7 +216,7 @@ type StripeEvent struct {
 	ReviewedAt *time.Time
 }
 
-// A top-up order: one Stripe Checkout Session buying credits for one account. It moves from pending to paid at most once, by a conditional UPDATE ... WHERE status = 'pending'; the credit is posted only in the transaction whose UPDATE made that transition.
+// A top-up order: one Stripe Checkout Session (or one recharge) buying credits for one account. It becomes paid at most once: from pending by a conditional UPDATE ... WHERE status = 'pending', or, for a session the webhook learns of first, by an INSERT of the order already paid, which topups_session_id_key admits once per session. The credit is posted only in the transaction that made the order paid.
 type Topup struct {
 	ID            string
 	AccountID     string
