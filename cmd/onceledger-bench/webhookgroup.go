@@ -112,7 +112,7 @@ func readCheckout(ctx context.Context, pool *pgxpool.Pool, e topupEvent) (db.Che
 	return checkoutFor(e, state)
 }
 
-// payCheckoutDirect is item 1's database work for one delivery: the read, then PayCheckout's
+// payCheckoutDirect is the webhook's happy path, as the database sees it, for one delivery: the read, then PayCheckout's
 // transaction.
 func payCheckoutDirect(ctx context.Context, pool *pgxpool.Pool, e topupEvent) error {
 	p, err := readCheckout(ctx, pool, e)
@@ -128,7 +128,7 @@ func payCheckoutDirect(ctx context.Context, pool *pgxpool.Pool, e topupEvent) er
 
 // checkoutGrouper gathers the deliveries waiting when a group committed (up to max) and commits them
 // in one transaction, with up to inFlight groups committing at once: one keeps a single backend
-// busy, two let the database use both cores. Each delivery reads its state alone first, as item 1
+// busy, two let the database use both cores. Each delivery reads its state alone first, as the webhook
 // does. No window: the callers a group answered come back while the next one commits.
 type checkoutGrouper struct {
 	pool     *pgxpool.Pool
