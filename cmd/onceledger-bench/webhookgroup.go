@@ -18,7 +18,7 @@ import (
 )
 
 // The webhook-group family is an experiment, run only when named (-only webhook-group): the best case
-// of group commit across webhook deliveries (issue #14, item 2), measured against the happy path's
+// of group commit across webhook deliveries measured against the happy path's
 // own transaction (db.ReadCheckoutState, then db.Ledger.PayCheckout). Every delivery is a first one
 // for a new session, so nothing ever falls back: a real grouping would add coordination and fallbacks
 // to this, and the HTTP, signature and JSON work of each delivery, which no grouping shares.
@@ -67,7 +67,7 @@ func (b *bench) webhookGroups(ctx context.Context, d time.Duration, accounts int
 			})
 			b.rows = append(b.rows, row{result: grouped, baseline: &oneTx, note: g.meanGroup()})
 		}
-		served := measure(ctx, "webhook cold (server, item 1)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		served := measure(ctx, "webhook cold (server, happy path)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error { return b.http.deliver(ctx, newTopupEvent("gh"+run, i, accounts)) })
 		})
 		b.rows = append(b.rows, row{result: served, baseline: &oneTx, note: "the same deliveries through HTTP, signature and JSON"})
