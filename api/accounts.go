@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -96,7 +94,7 @@ func orNull(s string) *string {
 
 // accountID is the {id} of an /v1/accounts/{id}/… route, checked.
 func accountID(r *http.Request) (string, error) {
-	id := mux.Vars(r)["id"]
+	id := r.PathValue("id")
 	if !accountIDPattern.MatchString(id) {
 		return "", badRequest("invalid_account_id", "account id must be 1-64 characters of [A-Za-z0-9_.:-]")
 	}

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -51,7 +49,7 @@ func holdRoute(r *http.Request) (account, hold string, err error) {
 	if account, err = accountID(r); err != nil {
 		return "", "", err
 	}
-	hold = mux.Vars(r)["hold_id"]
+	hold = r.PathValue("hold_id")
 	if !holdIDPattern.MatchString(hold) {
 		return "", "", badRequest("invalid_hold_id", "hold id must be 1-128 characters of [A-Za-z0-9_.:-]")
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
@@ -24,23 +25,34 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 // would win) and a key matching a field only when case is ignored ("Amount" for "amount"). Its errors
 // are *Error with a code that says what was wrong.
 func decodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, dst any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
-	if err != nil {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer putBodyBuffer(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBytes)); err != nil {
 		return jsonError(err)
 	}
+	body := buf.Bytes()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return jsonError(err)
 	}
-	if dec.More() {
+	// Only JSON's whitespace may follow the value.
+	if len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
 		return badRequest("invalid_json", "body must hold a single JSON value")
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("invalid_json", "body must hold a single JSON value")
+	return exactKeys(body, fieldsOf(reflect.TypeOf(dst)))
+}
+
+// bodyBuffers hold request bodies while they are decoded (encoding/json copies what it keeps), so
+// that a request does not allocate and grow its own.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putBodyBuffer returns buf to the pool unless a large body (a batch of decisions) grew it.
+func putBodyBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= 64<<10 {
+		bodyBuffers.Put(buf)
 	}
-	// The body is one valid JSON value now, so walking its tokens cannot fail on syntax.
-	return exactKeys(json.NewDecoder(bytes.NewReader(body)), fieldsOf(reflect.TypeOf(dst)))
 }
 
 // fieldsByType caches fieldNames per destination type: a handful of types, each walked once rather
@@ -55,52 +67,126 @@ func fieldsOf(t reflect.Type) map[string]string {
 	return fields.(map[string]string)
 }
 
-// exactKeys walks one JSON value and refuses an object holding a key twice (compared as encoding/json
-// compares keys with fields, ignoring case) or a key that names a field (fields: folded name → name)
-// only when case is ignored.
-func exactKeys(dec *json.Decoder, fields map[string]string) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return jsonError(err)
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]bool{}
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return jsonError(err)
+// exactKeys refuses, in body (one valid JSON value), an object holding a key twice (compared as
+// encoding/json compares keys with fields, ignoring case) or a key that names a field (fields: folded
+// name → name) only when case is ignored. It reads the bytes once, without a decoder: in valid JSON a
+// string followed by ':' is a key of the innermost open object. The folded keys of the open objects
+// share one buffer, on the stack for the API's small bodies.
+func exactKeys(body []byte, fields map[string]string) error {
+	var (
+		foldBuf  [512]byte
+		spanBuf  [32]keySpan
+		startBuf [8]int
+		folded   = foldBuf[:0]  // the folded keys of every open object, one after another
+		keys     = spanBuf[:0]  // where each of them is in folded
+		objects  = startBuf[:0] // for each open object, its first key in keys
+	)
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '{':
+			objects = append(objects, len(keys))
+		case '}':
+			first := objects[len(objects)-1]
+			objects = objects[:len(objects)-1]
+			if first < len(keys) {
+				folded = folded[:keys[first].start]
 			}
-			key, _ := tok.(string)
-			folded := foldKey(key)
-			if seen[folded] {
-				return badRequest("invalid_json", fmt.Sprintf("key %q appears more than once in an object", key))
+			keys = keys[:first]
+		case '"':
+			end := stringEnd(body, i)
+			raw := body[i : end+1]
+			i = end
+			if !followedByColon(body, end+1) {
+				continue
 			}
-			seen[folded] = true
-			if name, ok := fields[folded]; ok && name != key {
+			key := raw[1 : len(raw)-1]
+			if needsUnquote(key) {
+				var s string
+				if err := json.Unmarshal(raw, &s); err != nil {
+					return jsonError(err)
+				}
+				key = []byte(s)
+			}
+			start := len(folded)
+			folded = appendFold(folded, key)
+			fold := folded[start:]
+			for _, k := range keys[objects[len(objects)-1]:] {
+				if bytes.Equal(folded[k.start:k.end], fold) {
+					return badRequest("invalid_json", fmt.Sprintf("key %q appears more than once in an object", key))
+				}
+			}
+			keys = append(keys, keySpan{start, len(folded)})
+			if name, ok := fields[string(fold)]; ok && name != string(key) {
 				return badRequest("invalid_json", fmt.Sprintf("key %q must be written %q", key, name))
 			}
-			if err := exactKeys(dec, fields); err != nil {
-				return err
-			}
 		}
-	case json.Delim('['):
-		for dec.More() {
-			if err := exactKeys(dec, fields); err != nil {
-				return err
-			}
-		}
-	default:
-		return nil
 	}
-	_, err = dec.Token() // the closing delimiter
-	return err
+	return nil
 }
 
-// foldKey is the form encoding/json compares a key in when it matches it to a field: two keys with the
-// same fold would fill the same field.
+// keySpan is where one folded key is in exactKeys' buffer.
+type keySpan struct{ start, end int }
+
+// stringEnd is the index of the quote closing the JSON string that opens at body[open].
+func stringEnd(body []byte, open int) int {
+	for i := open + 1; i < len(body); i++ {
+		switch body[i] {
+		case '\\':
+			i++ // the escaped byte; a \uXXXX's hex digits are not quotes
+		case '"':
+			return i
+		}
+	}
+	return len(body) - 1 // unreachable in valid JSON
+}
+
+// followedByColon reports whether the first byte from i that is not whitespace is ':'.
+func followedByColon(body []byte, i int) bool {
+	for ; i < len(body); i++ {
+		switch body[i] {
+		case ' ', '\t', '\r', '\n':
+		case ':':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// needsUnquote reports whether a string's bytes differ from its value: an escape, or bytes outside
+// ASCII, which encoding/json reads as they are only when they are valid UTF-8.
+func needsUnquote(s []byte) bool {
+	for _, c := range s {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return true
+		}
+	}
+	return false
+}
+
+// appendFold appends to dst the form encoding/json compares a key in when it matches it to a field:
+// two keys with the same fold would fill the same field.
+func appendFold(dst, key []byte) []byte {
+	for i := 0; i < len(key); {
+		if c := key[i]; c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(key[i:])
+		dst = utf8.AppendRune(dst, unicode.ToUpper(unicode.ToLower(r)))
+		i += size
+	}
+	return dst
+}
+
+// foldKey is appendFold for a field's name.
 func foldKey(key string) string {
-	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, key)
+	return string(appendFold(nil, []byte(key)))
 }
 
 // fieldNames adds to fields the JSON names of the struct fields reachable from t, by their folded form.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/onceledger/onceledger/db"
@@ -209,7 +208,7 @@ func topupFingerprint(key string, amount int64, successURL string, cancelURL *st
 
 func handleGetTopup(d Deps) http.Handler {
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
-		id := mux.Vars(r)["id"]
+		id := r.PathValue("id")
 		if !accountIDPattern.MatchString(id) {
 			return badRequest("invalid_topup_id", "top-up id must be 1-64 characters of [A-Za-z0-9_.:-]")
 		}

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,60 +46,40 @@ func newTopupEvent(run string, i, accounts int) topupEvent {
 	return e
 }
 
-// client talks to the server over loopback HTTP, keeping a connection per worker.
+// client talks to the server over loopback HTTP: the workloads' requests on connections of its own
+// (conns), a statement's long stream through net/http.
 type client struct {
-	http *http.Client
-	base string
+	http  *http.Client
+	base  string
+	conns *conns
 }
 
 func newClient(base string) *client {
-	return &client{base: base, http: &http.Client{
+	host := strings.TrimPrefix(base, "http://")
+	return &client{base: base, conns: &conns{addr: host, host: host}, http: &http.Client{
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute},
 	}}
 }
 
-// do sends one request and fails unless the status is one of want.
-func (c *client) do(ctx context.Context, method, path string, header http.Header, body []byte, want ...int) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header = header
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	for _, w := range want {
-		if resp.StatusCode == w {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s %s = %d %s", method, path, resp.StatusCode, bytes.TrimSpace(answer))
-}
-
 // deliver sends the event as Stripe does: signed, to the webhook.
 func (c *client) deliver(ctx context.Context, e topupEvent) error {
-	header := http.Header{"Content-Type": {"application/json"}, "Stripe-Signature": {stripefake.Sign(e.payload, webhookSecret, time.Now())}}
-	return c.do(ctx, http.MethodPost, "/webhooks/stripe", header, e.payload, http.StatusOK)
+	header := []string{"Content-Type", "application/json", "Stripe-Signature", stripefake.Sign(e.payload, webhookSecret, time.Now())}
+	return c.conns.do(ctx, http.MethodPost, "/webhooks/stripe", header, string(e.payload), http.StatusOK)
 }
 
 // adjust credits the account through the API, each call with its own idempotency key.
 func (c *client) adjust(ctx context.Context, account, key string) error {
-	header := http.Header{
-		"Content-Type": {"application/json"}, "Authorization": {"Bearer " + apiKey}, "Idempotency-Key": {key},
-	}
-	return c.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/adjustments", header,
-		[]byte(`{"amount":1,"description":"bench"}`), http.StatusCreated)
+	header := []string{"Content-Type", "application/json", "Authorization", "Bearer " + apiKey, "Idempotency-Key", key}
+	return c.conns.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/adjustments", header,
+		`{"amount":1,"description":"bench"}`, http.StatusCreated)
 }
 
 // authorise authorises a hold of 1 through the API under hold id.
 func (c *client) authorise(ctx context.Context, account, hold string) error {
-	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + apiKey}}
-	return c.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/holds", header,
-		[]byte(`{"id":"`+hold+`","amount":1,"expires_in":"1h"}`), http.StatusCreated)
+	header := []string{"Content-Type", "application/json", "Authorization", "Bearer " + apiKey}
+	return c.conns.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/holds", header,
+		`{"id":"`+hold+`","amount":1,"expires_in":"1h"}`, http.StatusCreated)
 }
 
 // applyTopupDirect is the webhook's work for a paid Checkout Session without HTTP, JSON decoding or
