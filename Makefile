@@ -95,7 +95,7 @@ test-citus: $(GOTESTSUM) citus-build ## the exactly-once suite against a local C
 # BenchmarkBilling, BenchmarkBillingHolds and BenchmarkReread are in the table already (onceledger-bench runs them); the rest run after it.
 bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run
 	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
-	go test -count=1 -run '^$$' -bench . -skip '^Benchmark(Billing(Holds)?|Reread)$$' $(if $(QUICK),-benchtime=1x) ./...
+	go test -count=1 -run '^$$' -bench . -skip '^Benchmark(Billing(Holds|Lots)?|Reread)$$' $(if $(QUICK),-benchtime=1x) ./...
 
 generate: $(SQLC) ## regenerate db/internal/dbsqlc from sql/ (never edit it by hand)
 	$(SQLC) generate

@@ -320,7 +320,12 @@ const billingBenchmark = "^Benchmark(Billing(Holds)?|Reread)$"
 // pass of a minute moves by a fifth between runs on a shared machine.
 const billingSamples = 3
 
-var billingLine = regexp.MustCompile(`^Benchmark(Billing|BillingHolds|Reread)/accounts=(\d+)/(reconciler|baseline)\S*\s.*?([0-9.e+]+) decisions/s`)
+// lotsBenchmark is the first billing pass over 1,000 accounts that hold 1, 5 or 50 open credit lots
+// each, or none (all debt), next to the same pass with the lots trigger disabled (BenchmarkBillingLots).
+// Its five passes take as long as the others together, so it runs once.
+const lotsBenchmark = "^BenchmarkBillingLots$"
+
+var billingLine = regexp.MustCompile(`^Benchmark(Billing|BillingHolds|BillingLots|Reread)/accounts=(\d+)/(reconciler|baseline|lots=\d+|debt)\S*\s.*?([0-9.e+]+) decisions/s`)
 
 // billing runs the reconciler's benchmarks billingSamples times (`go test` in reconcile/) and turns the
 // median of each rate into a row of the table, each reconciler row next to its baseline.
@@ -337,12 +342,19 @@ func (b *bench) billing(ctx context.Context) {
 		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "skipped by -quick: 1,000,000 decisions take minutes"})
 		return
 	}
-	cmd := exec.CommandContext(ctx, "go", "test", "-count", strconv.Itoa(billingSamples), "-run", "^$",
-		"-bench", billingBenchmark, "-benchtime", "1x", "./reconcile")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		b.rows = append(b.rows, row{result: result{workload: "billing", errors: 1, firstErr: clip(string(out), 400)}})
-		return
+	var out []byte
+	for _, run := range []struct {
+		bench   string
+		samples int
+	}{{billingBenchmark, billingSamples}, {lotsBenchmark, 1}} {
+		cmd := exec.CommandContext(ctx, "go", "test", "-count", strconv.Itoa(run.samples), "-run", "^$",
+			"-bench", run.bench, "-benchtime", "1x", "./reconcile")
+		o, err := cmd.CombinedOutput()
+		if err != nil {
+			b.rows = append(b.rows, row{result: result{workload: "billing", errors: 1, firstErr: clip(string(o), 400)}})
+			return
+		}
+		out = append(out, o...)
 	}
 	samples := map[string][]float64{} // "Billing1000/baseline", "Reread1/reconciler" → decisions/s, one per run
 	for _, line := range strings.Split(string(out), "\n") {
@@ -356,7 +368,7 @@ func (b *bench) billing(ctx context.Context) {
 	median := func(workload, key string) result {
 		r := result{workload: workload, concurrency: 1, rate: medianOf(samples[key])}
 		if r.rate == 0 {
-			r.errors, r.firstErr = 1, "no decisions/s for "+key+" in the output of go test -bench "+billingBenchmark+" ./reconcile"
+			r.errors, r.firstErr = 1, "no decisions/s for "+key+" in the output of go test -bench in ./reconcile"
 		}
 		return r
 	}
@@ -368,6 +380,14 @@ func (b *bench) billing(ctx context.Context) {
 		if accounts.key == "1000" {
 			withHolds := median("billing with holds, 1,000 accounts", "BillingHolds1000/reconciler")
 			b.rows = append(b.rows, row{result: withHolds, baseline: &reconciler, note: "ratio vs billing without holds: every decision also captures its hold"})
+			noLots := median("billing, lots trigger off, 1,000 accounts", "BillingLots1000/lots=0")
+			b.add(noLots, nil)
+			for _, lots := range []struct{ key, label string }{
+				{"lots=1", "1 open lot"}, {"lots=5", "5 open lots"}, {"lots=50", "50 open lots"}, {"debt", "no lots: all debt"},
+			} {
+				withLots := median("billing with lots, 1,000 accounts, "+lots.label+" each", "BillingLots1000/"+lots.key)
+				b.rows = append(b.rows, row{result: withLots, baseline: &noLots, note: "one pass; ratio vs the same pass with the lots trigger disabled"})
+			}
 		}
 		reread := median("re-read, "+accounts.label, "Reread"+accounts.key+"/reconciler")
 		b.rows = append(b.rows, row{result: reread, baseline: &reconciler, note: "ratio: re-read ÷ billing, a second pass over decisions billed already"})
