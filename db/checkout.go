@@ -8,8 +8,8 @@ import (
 )
 
 // CheckoutState is what a Checkout Session's completion reads before its transaction
-// (StripeEventsCheckoutState). It only decides whether PayCheckout is worth trying: PayCheckout's own
-// statements hold every guarantee again.
+// (StripeEventsCheckoutState). It only decides which path the event takes: PayCheckout's own
+// statements hold the money's guarantees again, whatever changed since.
 type CheckoutState struct {
 	// Recorded: the event was recorded already, and a delivery of it is a duplicate.
 	Recorded bool
@@ -59,7 +59,8 @@ type CheckoutPayment struct {
 	// Event is recorded as it is given.
 	Event Event
 	// Order is the session's order: made paid if it is pending, recorded paid if the session has
-	// none (ID, AccountID, SessionID, PaymentIntent, Amount, Currency).
+	// none (ID, AccountID, SessionID, PaymentIntent, Amount, and the session's Currency, which the
+	// order, or else the account, must have).
 	Order Topup
 	// Credit is the order's credit (Kind, Description, DedupeKey); account, amount and payment are the
 	// order's.

@@ -91,6 +91,16 @@ func TestPayCheckoutCommitsOnlyTheHappyPath(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A pending order of another account for the session, committed after the read named the
+	// metadata's account: the order would be paid while the credit went elsewhere.
+	newAccount(t, pool, "acct_other")
+	if _, _, err := db.InsertPendingTopup(ctx, pool, db.Topup{ID: "top_elsewhere", AccountID: "acct_other", Amount: 500, Currency: "usd"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetTopupSession(ctx, pool, "top_elsewhere", "cs_elsewhere", "https://checkout.example/cs_elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+
 	events, orders, entries := written(t, pool)
 	cases := []struct {
 		name string
@@ -104,8 +114,11 @@ func TestPayCheckoutCommitsOnlyTheHappyPath(t *testing.T) {
 		{"an event waiting for the payment", checkoutPayment("evt_4", "cs_4", "pi_waited", "acct_1", 500), db.CheckoutNotPaid},
 		{"a credit key taken", checkoutPayment("evt_5", "cs_5", "pi_5", "acct_1", 500), db.CheckoutNotPaid},
 		{"an unknown account", checkoutPayment("evt_6", "cs_6", "pi_6", "acct_missing", 500), db.CheckoutNotPaid},
+		{"another currency than the account's", checkoutPayment("evt_7", "cs_7", "pi_7", "acct_1", 500), db.CheckoutNotPaid},
+		{"an order of another account", checkoutPayment("evt_8", "cs_elsewhere", "pi_8", "acct_1", 500), db.CheckoutNotPaid},
 	}
 	cases[5].pay.Credit.DedupeKey = "stripe:evt_1"
+	cases[7].pay.Order.Currency = "eur"
 	for _, c := range cases {
 		paid, _, err := ledger.PayCheckout(ctx, pool, c.pay)
 		if err != nil || paid != c.want {

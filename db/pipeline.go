@@ -26,7 +26,9 @@ type step func(q *dbsqlc.Queries) error
 // places that end a transaction.
 func beginPipelined(ctx context.Context, pool *Pool, steps []step) (tx Tx, errs []error, err error) {
 	batch := &pgx.Batch{}
-	batch.BeginTx(pgx.TxOptions{})
+	// READ COMMITTED whatever the server's default: each statement's snapshot must see what committed
+	// while an earlier one waited for a lock.
+	batch.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	queue := dbsqlc.New(queueing{batch})
 	for _, s := range steps {
 		_ = s(queue)

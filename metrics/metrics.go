@@ -75,8 +75,19 @@ func (m *Metrics) Timed(route string, next http.Handler) http.Handler {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
-		m.HTTPDuration.WithLabelValues(route, r.Method, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
+		m.HTTPDuration.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
 	})
+}
+
+// methodLabel is the request method as a label: the standard ones by name, anything else "OTHER", so
+// that a client inventing methods on a route that takes any (the console) cannot grow /metrics.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "OTHER"
 }
 
 type statusRecorder struct {

@@ -113,3 +113,16 @@ func TestPosterPostingsAreCounted(t *testing.T) {
 		}
 	}
 }
+
+// A method nobody defined, on a route that takes any, is labelled OTHER: clients cannot grow /metrics.
+func TestTimedLabelsUnknownMethodsAsOther(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	h := m.Timed("/console", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, method := range []string{"GET", "BREW", "PROPFIND"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, "/console", nil))
+	}
+	if n := testutil.CollectAndCount(m.HTTPDuration); n != 2 {
+		t.Fatalf("%d label sets after GET, BREW and PROPFIND, want 2 (GET and OTHER)", n)
+	}
+}

@@ -46,7 +46,7 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 		},
 		Order: db.Topup{
 			ID: s.ID, AccountID: state.Account.ID, SessionID: s.ID, PaymentIntent: paymentIntent,
-			Amount: s.AmountTotal, Currency: state.Account.Currency,
+			Amount: s.AmountTotal, Currency: s.Currency,
 		},
 		Credit: db.Posting{Kind: db.KindTopup, Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID},
 	})

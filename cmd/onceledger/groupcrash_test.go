@@ -70,12 +70,15 @@ func TestServerKilledMidGroupCommit(t *testing.T) {
 		})
 	}
 	for _, at := range []int64{callers * perCaller / 4, callers * perCaller / 2} {
-		for answered.Load() < at {
-			time.Sleep(time.Millisecond)
+		for deadline := time.Now().Add(time.Minute); answered.Load() < at; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d requests answered in a minute", answered.Load())
+			}
 		}
 		server.kill(t)
 		t.Logf("SIGKILL after %d requests answered", answered.Load())
 		server = startProcess(t, env)
+		server.waitReady(t, base)
 	}
 	wg.Wait()
 	t.Logf("%d attempts cut by the crashes; %d requests applied by an attempt whose answer was lost, then answered as replays",

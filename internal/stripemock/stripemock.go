@@ -6,13 +6,11 @@ package stripemock
 
 import (
 	"bytes"
-	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,9 +18,14 @@ import (
 // startTimeout bounds how long Start waits for stripe-mock to listen.
 const startTimeout = 3 * time.Minute
 
-// Start runs stripe-mock on a free loopback port until the test ends and returns its base URL (for
+// listening is the line stripe-mock prints once it listens for HTTP.
+var listening = regexp.MustCompile(`Listening for HTTP at address: (\S+)`)
+
+// Start runs stripe-mock on a loopback port until the test ends and returns its base URL (for
 // STRIPE_API_BASE). The binary is the one `go tool stripe-mock` runs (built on first use, then cached);
-// it is started directly so that the test stops exactly the process it started.
+// it is started directly so that the test stops exactly the process it started. stripe-mock binds the
+// ports the system picks, HTTP and HTTPS, and prints its HTTP address: no port is chosen before it
+// binds, so none can be taken meanwhile by another test, or another stripe-mock.
 func Start(t testing.TB) string {
 	t.Helper()
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
@@ -36,87 +39,53 @@ func Start(t testing.TB) string {
 		t.Fatalf("stripemock: go tool -n stripe-mock: %v", err)
 	}
 	bin := strings.TrimSpace(string(out))
-	// The port is free when chosen, not necessarily when stripe-mock binds it: another test's server
-	// may take it meanwhile, and stripe-mock then exits while the other answers. So the answer must be
-	// stripe-mock's, else it starts again on another port.
-	for attempt := 1; ; attempt++ {
-		url, ok := start(t, bin)
-		if ok {
-			return url
-		}
-		if attempt == 5 {
-			t.Fatalf("stripemock: something else answered on %d ports in a row", attempt)
-		}
-	}
-}
 
-// start runs stripe-mock once on a free port and waits until it answers; ok is false when something
-// else answered there (the process is stopped then).
-func start(t testing.TB, bin string) (url string, ok bool) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	var output bytes.Buffer
-	// stripe-mock also listens for HTTPS, on its default port unless told otherwise: where two run at
-	// once (tests of several packages) the second would exit. The system picks its port instead.
-	cmd := exec.Command(bin, "-http-addr", addr, "-https-addr", "127.0.0.1:0")
-	cmd.Stdout, cmd.Stderr = &output, &output
+	output := &syncBuffer{}
+	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = output, output
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("stripemock: start %s: %v", bin, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	stop := func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
-	}
+	})
 	// It loads Stripe's whole OpenAPI description before it listens: seconds on a quiet machine, far
 	// longer on two cores busy with the rest of the suite. An exit is reported at once, with its output.
-	url = "http://" + addr
 	deadline := time.Now().Add(startTimeout)
 	for {
-		switch answered, isMock := probe(url); {
-		case isMock:
-			t.Cleanup(stop)
-			return url, true
-		case answered:
-			stop()
-			return "", false
+		if m := listening.FindStringSubmatch(output.String()); m != nil {
+			return "http://" + m[1]
 		}
 		select {
 		case werr := <-exited:
-			exited <- werr // for stop
-			t.Fatalf("stripemock: exited before listening on %s (%v):\n%s", addr, werr, output.String())
+			exited <- werr // for the cleanup
+			t.Fatalf("stripemock: exited before listening (%v):\n%s", werr, output.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("stripemock: not listening on %s after %s", addr, startTimeout)
+			t.Fatalf("stripemock: not listening after %s:\n%s", startTimeout, output.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// probe asks url for a list of charges, as a Stripe client would: answered is true when anything
-// answered, isMock when the answer is a Stripe list.
-func probe(url string) (answered, isMock bool) {
-	req, err := http.NewRequest(http.MethodGet, url+"/v1/charges?limit=1", nil)
-	if err != nil {
-		return false, false
-	}
-	req.Header.Set("Authorization", "Bearer sk_test_stripemock")
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-	if err != nil {
-		return false, false
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Object string `json:"object"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list)
-	return true, resp.StatusCode == http.StatusOK && err == nil && list.Object == "list"
+// syncBuffer is the process's output, written by its pipes' goroutines and read by Start.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -119,9 +119,10 @@ LIMIT @max_rows;
 -- What a Checkout Session's completion needs to know before its transaction, in one read: whether the
 -- event was recorded already (a redelivery, answered with no transaction at all), the session's order,
 -- the account it credits (the order's, else the session's metadata account_id) and whether events are
--- parked waiting for the payment. It decides only whether the happy path is worth trying: the
--- transaction's own statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession,
--- LedgerInsert) hold every guarantee again.
+-- parked waiting for the payment. It decides only which path the event takes: the happy path's own
+-- statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession, LedgerInsert) hold the
+-- money's guarantees again (an event once, an order paid once and only for its amount and currency,
+-- the credit once, nothing left parked), whatever changed since this read.
 SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text) AS recorded,
        t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
        t.status AS order_status,

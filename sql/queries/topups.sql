@@ -93,7 +93,8 @@ RETURNING id, account_id, session_id, payment_intent, amount, currency, status, 
 -- A Checkout Session's order made paid in one statement, by the webhook's first delivery of its
 -- completion (the happy path, which read the order before its transaction): the session's pending
 -- order of this amount and currency moves to paid, or, when the session has no order yet, its order is
--- recorded already paid. Either way at most once per session: the UPDATE finds the order only while
+-- recorded already paid, on an account of the session's currency (money is never converted). Either
+-- way at most once per session: the UPDATE finds the order only while
 -- it is pending, and the INSERT, under topups_session_id_key, waits for a concurrent insert of the same
 -- session and then inserts nothing. Returns the order only when this statement made it paid; no row
 -- when it was paid or expired before, holds another amount or currency, or was recorded by another
@@ -101,7 +102,8 @@ RETURNING id, account_id, session_id, payment_intent, amount, currency, status, 
 -- whether events are parked waiting for the payment: run after StripeEventsLockPayment, this
 -- statement's snapshot sees a refund parked while the lock was awaited, and the caller rolls back
 -- for the general path, which re-applies them. Fails with topups_payment_intent_key when the payment
--- already paid another order, and with topups_account_fk when the account does not exist.
+-- already paid another order. Returns no row either when the account does not exist or is of another
+-- currency.
 WITH paid_pending AS (
     UPDATE topups t
     SET status = 'paid', payment_intent = @payment_intent::text, paid_event_id = @paid_event_id::text, paid_at = now()
@@ -113,9 +115,12 @@ WITH paid_pending AS (
               t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
 ), recorded_paid AS (
     INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT @id::text, @account_id::text, @session_id::text, @amount::bigint, @currency::text, 'paid',
+    SELECT @id::text, a.id, @session_id::text, @amount::bigint, a.currency, 'paid',
            @payment_intent::text, @paid_event_id::text, now()
-    WHERE NOT EXISTS (SELECT 1 FROM topups WHERE session_id = @session_id::text)
+    FROM accounts a
+    WHERE a.id = @account_id::text
+      AND lower(a.currency) = lower(@currency::text)
+      AND NOT EXISTS (SELECT 1 FROM topups WHERE session_id = @session_id::text)
     ON CONFLICT (session_id) DO NOTHING
     RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
               created_at, paid_at, idempotency_key, request_fingerprint

@@ -48,9 +48,10 @@ type StripeEventsCheckoutStateRow struct {
 // What a Checkout Session's completion needs to know before its transaction, in one read: whether the
 // event was recorded already (a redelivery, answered with no transaction at all), the session's order,
 // the account it credits (the order's, else the session's metadata account_id) and whether events are
-// parked waiting for the payment. It decides only whether the happy path is worth trying: the
-// transaction's own statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession,
-// LedgerInsert) hold every guarantee again.
+// parked waiting for the payment. It decides only which path the event takes: the happy path's own
+// statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession, LedgerInsert) hold the
+// money's guarantees again (an event once, an order paid once and only for its amount and currency,
+// the credit once, nothing left parked), whatever changed since this read.
 func (q *Queries) StripeEventsCheckoutState(ctx context.Context, arg StripeEventsCheckoutStateParams) (StripeEventsCheckoutStateRow, error) {
 	row := q.db.QueryRow(ctx, stripeEventsCheckoutState,
 		arg.EventID,

@@ -318,9 +318,12 @@ WITH paid_pending AS (
               t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
 ), recorded_paid AS (
     INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT $6::text, $7::text, $3::text, $4::bigint, $5::text, 'paid',
+    SELECT $6::text, a.id, $3::text, $4::bigint, a.currency, 'paid',
            $1::text, $2::text, now()
-    WHERE NOT EXISTS (SELECT 1 FROM topups WHERE session_id = $3::text)
+    FROM accounts a
+    WHERE a.id = $7::text
+      AND lower(a.currency) = lower($5::text)
+      AND NOT EXISTS (SELECT 1 FROM topups WHERE session_id = $3::text)
     ON CONFLICT (session_id) DO NOTHING
     RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
               created_at, paid_at, idempotency_key, request_fingerprint
@@ -371,7 +374,8 @@ type TopupsPaySessionRow struct {
 // A Checkout Session's order made paid in one statement, by the webhook's first delivery of its
 // completion (the happy path, which read the order before its transaction): the session's pending
 // order of this amount and currency moves to paid, or, when the session has no order yet, its order is
-// recorded already paid. Either way at most once per session: the UPDATE finds the order only while
+// recorded already paid, on an account of the session's currency (money is never converted). Either
+// way at most once per session: the UPDATE finds the order only while
 // it is pending, and the INSERT, under topups_session_id_key, waits for a concurrent insert of the same
 // session and then inserts nothing. Returns the order only when this statement made it paid; no row
 // when it was paid or expired before, holds another amount or currency, or was recorded by another
@@ -379,7 +383,8 @@ type TopupsPaySessionRow struct {
 // whether events are parked waiting for the payment: run after StripeEventsLockPayment, this
 // statement's snapshot sees a refund parked while the lock was awaited, and the caller rolls back
 // for the general path, which re-applies them. Fails with topups_payment_intent_key when the payment
-// already paid another order, and with topups_account_fk when the account does not exist.
+// already paid another order. Returns no row either when the account does not exist or is of another
+// currency.
 func (q *Queries) TopupsPaySession(ctx context.Context, arg TopupsPaySessionParams) (TopupsPaySessionRow, error) {
 	row := q.db.QueryRow(ctx, topupsPaySession,
 		arg.PaymentIntent,

@@ -87,3 +87,34 @@ func TestCheckoutDeliveryRoundTrips(t *testing.T) {
 		t.Fatalf("balance %d (%v), want 200", acct.Balance, err)
 	}
 }
+
+// What the happy path leaves to the general path is applied as the general path applies it: a session
+// in another currency than its account parks currency_mismatch, and a session that saves the card
+// records the account's customer as it credits.
+func TestCheckoutHappyPathLeavesTheRestToTheGeneralPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_usd", "usd", 0); err != nil {
+		t.Fatal(err)
+	}
+	p := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	res, err := p.Process(ctx, event("evt_eur", "checkout.session.completed", map[string]any{
+		"id": "cs_eur", "object": "checkout.session", "payment_status": "paid", "amount_total": 100,
+		"currency": "eur", "payment_intent": "pi_eur", "metadata": map[string]any{"account_id": "acct_usd"},
+	}))
+	if err != nil || res.Credited || res.Parked != stripeevents.ReasonCurrencyMismatch {
+		t.Fatalf("a session in euros for a dollar account: %+v %v, want parked %s", res, err, stripeevents.ReasonCurrencyMismatch)
+	}
+	res, err = p.Process(ctx, event("evt_card", "checkout.session.completed", map[string]any{
+		"id": "cs_card", "object": "checkout.session", "payment_status": "paid", "amount_total": 100,
+		"currency": "usd", "payment_intent": "pi_card", "customer": "cus_saved",
+		"metadata": map[string]any{"account_id": "acct_usd"},
+	}))
+	if err != nil || !res.Credited {
+		t.Fatalf("a session saving the card: %+v %v, want credited", res, err)
+	}
+	if a, err := db.GetAutomation(ctx, pool, "acct_usd"); err != nil || a.StripeCustomer != "cus_saved" {
+		t.Fatalf("customer %q (%v), want cus_saved recorded with the credit", a.StripeCustomer, err)
+	}
+}
