@@ -101,10 +101,7 @@ func (l Ledger) PayCheckout(ctx context.Context, pool *Pool, p CheckoutPayment) 
 	)
 	steps := []step{
 		func(q *dbsqlc.Queries) (err error) {
-			_, err = q.StripeEventsInsert(ctx, dbsqlc.StripeEventsInsertParams{
-				EventID: e.ID, Type: e.Type, APIVersion: e.APIVersion, Livemode: e.Livemode, Created: e.Created,
-				Payload: e.Payload, Outcome: e.Outcome, ParkedReason: nullable(e.ParkedReason), PaymentIntent: nullable(e.PaymentIntent),
-			})
+			_, err = q.StripeEventsInsert(ctx, eventInsert(e))
 			return err
 		},
 		func(q *dbsqlc.Queries) error { return q.StripeEventsLockPayment(ctx, o.PaymentIntent) },

@@ -37,10 +37,7 @@ type ParkedEvent struct {
 // was processed and nothing else must be done. A concurrent delivery of the same event waits for the
 // first transaction, then is a duplicate.
 func RecordEvent(ctx context.Context, q Conn, e Event) (duplicate bool, err error) {
-	_, err = dbsqlc.New(q).StripeEventsInsert(ctx, dbsqlc.StripeEventsInsertParams{
-		EventID: e.ID, Type: e.Type, APIVersion: e.APIVersion, Livemode: e.Livemode, Created: e.Created,
-		Payload: e.Payload, Outcome: e.Outcome, ParkedReason: nullable(e.ParkedReason), PaymentIntent: nullable(e.PaymentIntent),
-	})
+	_, err = dbsqlc.New(q).StripeEventsInsert(ctx, eventInsert(e))
 	if isNoRows(err) {
 		return true, nil
 	}
@@ -48,6 +45,14 @@ func RecordEvent(ctx context.Context, q Conn, e Event) (duplicate bool, err erro
 		return false, fmt.Errorf("record event %s: %w", e.ID, MapError(err))
 	}
 	return false, nil
+}
+
+// eventInsert is what StripeEventsInsert stores of e.
+func eventInsert(e Event) dbsqlc.StripeEventsInsertParams {
+	return dbsqlc.StripeEventsInsertParams{
+		EventID: e.ID, Type: e.Type, APIVersion: e.APIVersion, Livemode: e.Livemode, Created: e.Created,
+		Payload: e.Payload, Outcome: e.Outcome, ParkedReason: nullable(e.ParkedReason), PaymentIntent: nullable(e.PaymentIntent),
+	}
 }
 
 // EventRecorded reports whether the event was already recorded: a read outside the transaction, to
