@@ -40,10 +40,7 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 		return Result{}, false, nil
 	}
 	paid, posted, err := p.Ledger.PayCheckout(ctx, p.Pool, db.CheckoutPayment{
-		Event: db.Event{
-			ID: ev.ID, Type: ev.Type, APIVersion: ev.APIVersion, Livemode: ev.Livemode, Created: ev.createdAt(),
-			Payload: raw, Outcome: OutcomeApplied, PaymentIntent: paymentIntent,
-		},
+		Event: ev.stored(raw, OutcomeApplied, paymentIntent),
 		Order: db.Topup{
 			ID: s.ID, AccountID: state.Account.ID, SessionID: s.ID, PaymentIntent: paymentIntent,
 			Amount: s.AmountTotal, Currency: s.Currency,

@@ -128,10 +128,7 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		// need their outcome written again below.
 		recorded := outcome{status: OutcomeApplied, paymentIntent: ev.paymentIntent()}
 		var err error
-		duplicate, err = db.RecordEvent(ctx, tx, db.Event{
-			ID: ev.ID, Type: ev.Type, APIVersion: ev.APIVersion, Livemode: ev.Livemode,
-			Created: ev.createdAt(), Payload: raw, Outcome: recorded.status, PaymentIntent: recorded.paymentIntent,
-		})
+		duplicate, err = db.RecordEvent(ctx, tx, ev.stored(raw, recorded.status, recorded.paymentIntent))
 		if err != nil || duplicate {
 			return err
 		}
@@ -151,6 +148,14 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	}
 	p.logOutcome(ctx, "stripe event", ev, out)
 	return out.result(ev), nil
+}
+
+// stored is the event as it is recorded, with its first outcome.
+func (e event) stored(raw []byte, outcome, paymentIntent string) db.Event {
+	return db.Event{
+		ID: e.ID, Type: e.Type, APIVersion: e.APIVersion, Livemode: e.Livemode, Created: e.createdAt(),
+		Payload: raw, Outcome: outcome, PaymentIntent: paymentIntent,
+	}
 }
 
 // duplicate answers an event that was already recorded: nothing was done.
