@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -94,6 +95,13 @@ func MapError(err error) error {
 		return fmt.Errorf("%w: %w", ErrTransient, err)
 	}
 	return err
+}
+
+// refusedByData: the statement was refused for what it was asked to write (SQLSTATE classes 22, data
+// exception, and 23, integrity constraint violation), not because the database failed.
+func refusedByData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
 // isConnectionError recognises failures to reach or keep the server: these are worth a retry.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -77,13 +76,6 @@ func firstError(errs []error) error {
 		}
 	}
 	return nil
-}
-
-// refusedByData: the statement was refused for what it was asked to write (SQLSTATE classes 22, data
-// exception, and 23, integrity constraint violation), not because the database failed.
-func refusedByData(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
 // errQueued is what a generated query gets while its statement is only being queued.
