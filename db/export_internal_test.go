@@ -22,3 +22,13 @@ func InsertGroupAsAdmitted(ctx context.Context, tx Tx, postings []Posting) error
 	_, err := insertGroup(ctx, q, group, insert)
 	return err
 }
+
+// CheckoutsWaiting is how many deliveries wait for g's next group.
+func CheckoutsWaiting(g *CheckoutGrouper) int {
+	g.queue.mu.Lock()
+	defer g.queue.mu.Unlock()
+	if q := g.queue.queues[""]; q != nil {
+		return len(q.waiting)
+	}
+	return 0
+}

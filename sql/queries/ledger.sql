@@ -98,6 +98,49 @@ ORDER BY k
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, dedupe_key, seq, balance_after, created_at;
 
+-- name: LedgerInsertCredits :many
+-- Appends credits to any number of accounts in one statement (the webhook's group commit of first
+-- deliveries); the arrays are read in lockstep, one element per credit, each with its dedupe key. The
+-- accounts are locked first, in id order (FOR NO KEY UPDATE, as LedgerInsert and billing take them), so
+-- that two such statements, or this and billing, queue instead of deadlocking. Each account's credits
+-- are numbered from its last_seq + 1 in array order, each with balance_after = balance + the running
+-- sum, and ledger_chain moves each account once. ledger_dedupe_idx holds: a key posted before is
+-- left out of the chain and returns no row; one posted meanwhile by a transaction that had not
+-- committed when this one read also inserts nothing, and if it was not its account's last credit, the
+-- hole it leaves fails the statement in ledger_chain. Credits of an account that does not exist are
+-- not inserted. A balance beyond a bigint fails the statement with numeric_value_out_of_range.
+-- Returns the entries inserted, each with its own seq and balance_after.
+WITH credit AS MATERIALIZED (
+    SELECT i AS k, (@account_ids::text[])[i] AS account_id, (@kinds::text[])[i] AS kind,
+           (@amounts::bigint[])[i] AS amount, (@descriptions::text[])[i] AS description,
+           (@dedupe_keys::text[])[i] AS dedupe_key, (@payment_intents::text[])[i] AS payment_intent,
+           -- One probe of ledger_dedupe_idx per credit. A column, not a filter: the planner cannot
+           -- estimate the filter, and an anti join would read the whole ledger.
+           (SELECT l.id FROM ledger l WHERE l.dedupe_key = (@dedupe_keys::text[])[i]) IS NULL AS unposted
+    FROM generate_subscripts(@account_ids::text[], 1) AS i
+), locked AS MATERIALIZED (
+    -- = ANY on the primary key: an index scan, whatever the planner guesses of the arrays' length.
+    SELECT a.id, a.last_seq, a.balance
+    FROM accounts a
+    WHERE a.id = ANY(@account_ids::text[])
+    ORDER BY a.id
+    FOR NO KEY UPDATE
+), chained AS (
+    SELECT c.account_id, c.kind, c.amount, c.description, c.dedupe_key, c.payment_intent,
+           l.last_seq + row_number() OVER w AS seq,
+           (l.balance + sum(c.amount::numeric) OVER w)::bigint AS balance_after
+    FROM credit c
+    JOIN locked l ON l.id = c.account_id
+    WHERE c.unposted
+    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
+SELECT account_id, kind, amount, description, dedupe_key, nullif(payment_intent, ''), seq, balance_after
+FROM chained
+ORDER BY account_id, seq
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id, account_id, dedupe_key::text AS dedupe_key, seq, balance_after, created_at;
+
 -- Usage billing: the reconciler bills decisions as usage entries keyed decision:{id}, a chunk of
 -- thousands of decisions (by seq) per transaction. ledger_dedupe_idx, not a flag on decisions, makes
 -- billing a decision at most once: re-reading any window of decisions posts nothing.

@@ -7,6 +7,19 @@ VALUES (@event_id, @type, @api_version, @livemode, @created, @payload, @outcome,
 ON CONFLICT (event_id) DO NOTHING
 RETURNING seq;
 
+-- name: StripeEventsInsertGroup :many
+-- Records a group of verified events in one statement, in the transaction that applies them (the
+-- webhook's group commit of first deliveries, CheckoutGrouper); the arrays are read in lockstep, one
+-- element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at most once:
+-- returns the ids inserted, and an event recorded already, or meanwhile by a concurrent delivery
+-- (waited for), is simply not among them.
+INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, payment_intent)
+SELECT (@event_ids::text[])[i], (@types::text[])[i], (@api_versions::text[])[i], (@livemodes::boolean[])[i],
+       (@created::timestamptz[])[i], (@payloads::jsonb[])[i], (@outcomes::text[])[i], (@payment_intents::text[])[i]
+FROM generate_subscripts(@event_ids::text[], 1) AS i
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id;
+
 -- name: StripeEventsSetOutcome :execrows
 -- Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).
 UPDATE stripe_events
@@ -77,6 +90,13 @@ FOR UPDATE;
 -- could park as unknown_payment while the top-up commits unseen, and stay parked. Two payments whose
 -- ids hash alike only wait for each other.
 SELECT pg_advisory_xact_lock(hashtextextended(@payment_intent::text, 0));
+
+-- name: StripeEventsLockPayments :exec
+-- StripeEventsLockPayment for a group of payments, taken in payment order: two groups, or a group and
+-- a single transaction, never hold one payment each while waiting for the other's.
+SELECT count(pg_advisory_xact_lock(hashtextextended(ordered.payment_intent, 0)))
+FROM (SELECT DISTINCT payment_intent FROM unnest(@payment_intents::text[]) AS p (payment_intent)
+      ORDER BY payment_intent) AS ordered;
 
 -- name: StripeEventsMarkReviewed :execrows
 -- Records that an operator looked at a parked event, so that verify stops reporting it as left

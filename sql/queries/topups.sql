@@ -139,3 +139,54 @@ SELECT paid.id, paid.account_id, paid.session_id, paid.payment_intent, paid.amou
              AND e.payment_intent = @payment_intent::text
        ) AS parked_waiting
 FROM paid;
+
+-- name: TopupsPaySessions :many
+-- TopupsPaySession for a group of Checkout Sessions in one statement (the webhook's group commit of
+-- first deliveries, after StripeEventsLockPayments); the arrays are read in lockstep, one element per
+-- session, each session and payment at most once in a group. Each session's pending order of its
+-- amount and currency moves to paid, or, when the session has no order yet, its order is recorded
+-- already paid on an account of the session's currency; at most once per session, as the single
+-- statement holds it (the UPDATE finds an order only while pending, the INSERT waits for a concurrent
+-- insert of the same session under topups_session_id_key and then inserts nothing). Returns one row per
+-- session this statement made paid, with its account and whether events are parked waiting for its
+-- payment; a session without a row was paid, expired, of another amount or currency, or of an account
+-- that does not exist or has another currency. Fails as a whole with topups_payment_intent_key when a
+-- payment already paid another order.
+WITH session AS (
+    SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id, (@session_ids::text[])[i] AS session_id,
+           (@payment_intents::text[])[i] AS payment_intent, (@paid_event_ids::text[])[i] AS paid_event_id,
+           (@amounts::bigint[])[i] AS amount, (@currencies::text[])[i] AS currency
+    FROM generate_subscripts(@ids::text[], 1) AS i
+), paid_pending AS (
+    UPDATE topups t
+    SET status = 'paid', payment_intent = s.payment_intent, paid_event_id = s.paid_event_id, paid_at = now()
+    FROM session s
+    WHERE t.session_id = s.session_id
+      -- = ANY on topups_session_id_key: an index scan, whatever the planner guesses of the arrays.
+      AND t.session_id = ANY(@session_ids::text[])
+      AND t.status = 'pending'
+      AND t.amount = s.amount
+      AND lower(t.currency) = lower(s.currency)
+    RETURNING t.session_id, t.account_id, t.payment_intent
+), recorded_paid AS (
+    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
+    SELECT s.id, a.id, s.session_id, s.amount, a.currency, 'paid', s.payment_intent, s.paid_event_id, now()
+    FROM session s
+    JOIN accounts a ON a.id = s.account_id AND lower(a.currency) = lower(s.currency)
+    WHERE a.id = ANY(@account_ids::text[])
+      AND NOT EXISTS (SELECT 1 FROM topups t WHERE t.session_id = s.session_id)
+    ON CONFLICT (session_id) DO NOTHING
+    RETURNING session_id, account_id, payment_intent
+), paid AS (
+    SELECT * FROM paid_pending
+    UNION ALL
+    SELECT * FROM recorded_paid
+)
+SELECT paid.session_id::text AS session_id, paid.account_id::text AS account_id,
+       EXISTS (
+           SELECT 1 FROM stripe_events e
+           WHERE e.outcome = 'parked'
+             AND e.parked_reason = 'unknown_payment'
+             AND e.payment_intent = paid.payment_intent
+       ) AS parked_waiting
+FROM paid;

@@ -154,6 +154,60 @@ func (q *Queries) StripeEventsInsert(ctx context.Context, arg StripeEventsInsert
 	return seq, err
 }
 
+const stripeEventsInsertGroup = `-- name: StripeEventsInsertGroup :many
+INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, payment_intent)
+SELECT ($1::text[])[i], ($2::text[])[i], ($3::text[])[i], ($4::boolean[])[i],
+       ($5::timestamptz[])[i], ($6::jsonb[])[i], ($7::text[])[i], ($8::text[])[i]
+FROM generate_subscripts($1::text[], 1) AS i
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id
+`
+
+type StripeEventsInsertGroupParams struct {
+	EventIDs       []string
+	Types          []string
+	APIVersions    []string
+	Livemodes      []bool
+	Created        []time.Time
+	Payloads       [][]byte
+	Outcomes       []string
+	PaymentIntents []string
+}
+
+// Records a group of verified events in one statement, in the transaction that applies them (the
+// webhook's group commit of first deliveries, CheckoutGrouper); the arrays are read in lockstep, one
+// element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at most once:
+// returns the ids inserted, and an event recorded already, or meanwhile by a concurrent delivery
+// (waited for), is simply not among them.
+func (q *Queries) StripeEventsInsertGroup(ctx context.Context, arg StripeEventsInsertGroupParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, stripeEventsInsertGroup,
+		arg.EventIDs,
+		arg.Types,
+		arg.APIVersions,
+		arg.Livemodes,
+		arg.Created,
+		arg.Payloads,
+		arg.Outcomes,
+		arg.PaymentIntents,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var event_id string
+		if err := rows.Scan(&event_id); err != nil {
+			return nil, err
+		}
+		items = append(items, event_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stripeEventsList = `-- name: StripeEventsList :many
 SELECT event_id, seq, type, api_version, livemode, created, received_at, outcome, parked_reason, payment_intent, outcome_at, reviewed_at
 FROM stripe_events
@@ -245,6 +299,19 @@ SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
 // ids hash alike only wait for each other.
 func (q *Queries) StripeEventsLockPayment(ctx context.Context, paymentIntent string) error {
 	_, err := q.db.Exec(ctx, stripeEventsLockPayment, paymentIntent)
+	return err
+}
+
+const stripeEventsLockPayments = `-- name: StripeEventsLockPayments :exec
+SELECT count(pg_advisory_xact_lock(hashtextextended(ordered.payment_intent, 0)))
+FROM (SELECT DISTINCT payment_intent FROM unnest($1::text[]) AS p (payment_intent)
+      ORDER BY payment_intent) AS ordered
+`
+
+// StripeEventsLockPayment for a group of payments, taken in payment order: two groups, or a group and
+// a single transaction, never hold one payment each while waiting for the other's.
+func (q *Queries) StripeEventsLockPayments(ctx context.Context, paymentIntents []string) error {
+	_, err := q.db.Exec(ctx, stripeEventsLockPayments, paymentIntents)
 	return err
 }
 
