@@ -49,6 +49,9 @@ type Config struct {
 	DBMaxConns int32
 	// PprofAddr is the loopback address of the net/http/pprof listener; empty (the default) serves none.
 	PprofAddr string
+	// WebhookGroupCommit commits concurrent first deliveries of paid Checkout Sessions together
+	// (db.CheckoutGrouper); off gives each its own transaction.
+	WebhookGroupCommit bool
 }
 
 // DefaultDBMaxConns is the pool size when neither DB_MAX_CONNS nor DATABASE_URL's pool_max_conns says:
@@ -86,6 +89,13 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.PprofAddr, err = loopback(getenv("PPROF_ADDR")); err != nil {
 		errs = append(errs, err)
+	}
+	switch getenv("WEBHOOK_GROUP_COMMIT") {
+	case "", "on":
+		c.WebhookGroupCommit = true
+	case "off":
+	default:
+		errs = append(errs, fmt.Errorf("WEBHOOK_GROUP_COMMIT must be on or off, got %q", getenv("WEBHOOK_GROUP_COMMIT")))
 	}
 	for name, ttl := range map[string]*time.Duration{"PAID_CREDIT_TTL": &c.PaidCreditTTL, "GRANT_TTL": &c.GrantTTL} {
 		raw := getenv(name)

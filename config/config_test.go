@@ -80,3 +80,19 @@ func TestDBMaxConnsAndPprofAddr(t *testing.T) {
 		}
 	}
 }
+
+// Webhook group commit is on unless WEBHOOK_GROUP_COMMIT=off; anything else refuses to start.
+func TestWebhookGroupCommit(t *testing.T) {
+	t.Parallel()
+	for setting, want := range map[string]bool{"": true, "on": true, "off": false} {
+		cfg, err := config.Load(func(k string) string { return map[string]string{"WEBHOOK_GROUP_COMMIT": setting}[k] })
+		if err != nil || cfg.WebhookGroupCommit != want {
+			t.Errorf("WEBHOOK_GROUP_COMMIT=%q: %v %v, want %v", setting, cfg.WebhookGroupCommit, err, want)
+		}
+	}
+	for _, setting := range []string{"true", "OFF", "0"} {
+		if _, err := config.Load(func(k string) string { return map[string]string{"WEBHOOK_GROUP_COMMIT": setting}[k] }); err == nil {
+			t.Errorf("WEBHOOK_GROUP_COMMIT=%q was accepted", setting)
+		}
+	}
+}

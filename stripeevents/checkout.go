@@ -11,7 +11,8 @@ import (
 // payCheckout is the happy path of a paid Checkout Session's delivery, the webhook's commonest: one
 // read before any transaction (db.ReadCheckoutState), which answers a redelivery at once, then, when
 // the read says the general path would credit the order and do nothing else, db.Ledger.PayCheckout's
-// transaction in two more round trips. done is false when the event is left to the general path:
+// transaction in two more round trips (through p.Checkouts, with the concurrent deliveries' own, when
+// set). done is false when the event is left to the general path:
 // another type, a session that is not plainly payable (unpaid, saving a card, an amount out of range),
 // or a state the general path decides (an order paid, expired or of another amount, an unknown account
 // or currency, events parked for the payment), and also when PayCheckout found, in its transaction,
@@ -39,14 +40,23 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 	if !payable(state, s) {
 		return Result{}, false, nil
 	}
-	paid, posted, err := p.Ledger.PayCheckout(ctx, p.Pool, db.CheckoutPayment{
+	payment := db.CheckoutPayment{
 		Event: ev.stored(raw, OutcomeApplied, paymentIntent),
 		Order: db.Topup{
 			ID: s.ID, AccountID: state.Account.ID, SessionID: s.ID, PaymentIntent: paymentIntent,
 			Amount: s.AmountTotal, Currency: s.Currency,
 		},
 		Credit: db.Posting{Kind: db.KindTopup, Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID},
-	})
+	}
+	var (
+		paid   db.CheckoutPaid
+		posted db.Posted
+	)
+	if p.Checkouts != nil {
+		paid, posted, err = p.Checkouts.Pay(ctx, payment)
+	} else {
+		paid, posted, err = p.Ledger.PayCheckout(ctx, p.Pool, payment)
+	}
 	switch {
 	case err != nil:
 		return Result{EventID: ev.ID, Type: ev.Type}, true, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)

@@ -68,7 +68,10 @@ type Processor struct {
 	// Livemode is the deployment's mode (config.Config.Livemode): an event of the other mode is parked
 	// livemode_mismatch. Nil accepts both.
 	Livemode *bool
-	Log      *slog.Logger
+	// Checkouts, when set, commits the happy path of concurrent paid Checkout Sessions together
+	// (db.CheckoutGrouper); nil gives each its own transaction (Ledger.PayCheckout).
+	Checkouts *db.CheckoutGrouper
+	Log       *slog.Logger
 }
 
 // Result is what one delivery or replay did.

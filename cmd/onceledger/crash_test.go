@@ -91,31 +91,8 @@ func freeAddr(t *testing.T) string {
 // redeliver through the gaps, and the ledger ends exactly as expected.
 func TestServerProcessKilledUnderLoad(t *testing.T) {
 	t.Parallel()
-	url := dbtest.URL(t)
 	w := newWorkload(200)
-	w.createAccounts(t, url)
-	addr := freeAddr(t)
-	base := "http://" + addr
-	env := []string{"DATABASE_URL=" + url, "ADDR=" + addr, "STRIPE_WEBHOOK_SECRET=" + loadSecret}
-
-	server := startProcess(t, env)
-	server.waitReady(t, base)
-
-	var d delivery
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.deliverAll(t, base, 4, &d)
-	}()
-	for _, at := range []int64{300, 650} {
-		for d.delivered.Load() < at {
-			time.Sleep(2 * time.Millisecond)
-		}
-		server.kill(t)
-		t.Logf("SIGKILL after %d events delivered", d.delivered.Load())
-		server = startProcess(t, env)
-	}
-	<-done
+	d, server, url := deliverThroughCrashes(t, w, 4, []int64{300, 650})
 	t.Logf("answers: %v", d.statuses)
 	if d.count("transport error") == 0 {
 		t.Errorf("no delivery saw the server die: the test proves nothing")
@@ -130,4 +107,38 @@ func TestServerProcessKilledUnderLoad(t *testing.T) {
 	if t.Failed() {
 		t.Logf("last server's logs:\n%s", server.stderr)
 	}
+}
+
+// deliverThroughCrashes starts the server on a new database holding w's accounts, delivers w's events
+// through concurrent senders, and SIGKILLs and restarts the server (on the same address) once each
+// count of events in kills was delivered. It returns once every event was accepted, with the server
+// then running and the database's URL.
+func deliverThroughCrashes(t *testing.T, w *workload, senders int, kills []int64) (*delivery, *process, string) {
+	t.Helper()
+	url := dbtest.URL(t)
+	w.createAccounts(t, url)
+	addr := freeAddr(t)
+	base := "http://" + addr
+	env := []string{"DATABASE_URL=" + url, "ADDR=" + addr, "STRIPE_WEBHOOK_SECRET=" + loadSecret}
+	server := startProcess(t, env)
+	server.waitReady(t, base)
+
+	d := &delivery{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.deliverAll(t, base, senders, d)
+	}()
+	for _, at := range kills {
+		for deadline := time.Now().Add(time.Minute); d.delivered.Load() < at; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d events delivered in a minute", d.delivered.Load())
+			}
+		}
+		server.kill(t)
+		t.Logf("SIGKILL after %d events delivered", d.delivered.Load())
+		server = startProcess(t, env)
+	}
+	<-done
+	return d, server, url
 }

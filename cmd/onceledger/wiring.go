@@ -66,6 +66,9 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 	}
 	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase)
 	w.events = &stripeevents.Processor{Pool: pool, Ledger: w.ledger, Stripe: w.stripe, Livemode: e.cfg.Livemode, Log: e.log}
+	if e.cfg.WebhookGroupCommit {
+		w.events.Checkouts = db.NewCheckoutGrouper(pool, w.ledger)
+	}
 	if e.cfg.Livemode == nil {
 		e.log.Warn("Stripe mode unknown: events of test and live mode are both accepted; set STRIPE_SECRET_KEY or STRIPE_LIVEMODE")
 	}
