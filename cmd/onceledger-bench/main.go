@@ -57,8 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, postings, holds, notify, statement, billing; "+
-		"also "+webhookGroupFamily+", an experiment the default run leaves out")
+	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, notify, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
 	fs.BoolVar(&o.citus, "citus", false, "run on a local Citus cluster (a coordinator and two workers on this machine: "+
 		"the coordination cost, not the scale gain) instead of the machine's PostgreSQL")
@@ -160,6 +159,9 @@ func (b *bench) all(ctx context.Context) {
 	if b.wants("webhook") {
 		b.webhooks(ctx, d, accounts)
 	}
+	if b.wants("webhook-group") {
+		b.webhookGroupCommit(ctx, d, accounts)
+	}
 	if b.wants("postings") {
 		b.postings(ctx, d)
 	}
@@ -174,9 +176,6 @@ func (b *bench) all(ctx context.Context) {
 	}
 	if b.wants("billing") {
 		b.billing(ctx)
-	}
-	if slices.Contains(strings.Split(b.o.only, ","), webhookGroupFamily) {
-		b.webhookGroups(ctx, d, accounts)
 	}
 }
 
