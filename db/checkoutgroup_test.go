@@ -293,20 +293,22 @@ func TestCheckoutGrouperConnectionLostMidGroupLosesNothing(t *testing.T) {
 	noViolations(t, pool)
 }
 
-// 64 deliveries at once, eight sessions each delivered eight times (the same event four times, and
-// four other events completing the same session), round after round: each session is credited exactly
-// once, whatever groups the deliveries fall into, and every other delivery is told it was a duplicate
-// or left to the general path.
+// 64 deliveries at once, round after round: one session delivered 64 times (the same event 32 times,
+// and 32 other events completing the same session), eight sessions delivered eight times each, and 64
+// sessions once each. Each session is credited exactly once, whatever groups the deliveries fall into,
+// and every other delivery is told it was a duplicate or left to the general path.
 func TestCheckoutGrouperConcurrentRedeliveriesCreditOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	const accounts, sessions, copies, rounds = 4, 8, 8, 5
+	const accounts, deliveries = 4, 64
 	for a := range accounts {
 		newAccount(t, pool, fmt.Sprintf("acct_%d", a))
 	}
 	g := db.NewCheckoutGrouper(pool, ledger)
-	for r := range rounds {
+	var sessionsInAll int64
+	for r, sessions := range []int{1, 8, 64, 8, 1} {
+		copies := deliveries / sessions
 		var credited, duplicates, notPaid atomic.Int64
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -335,17 +337,18 @@ func TestCheckoutGrouperConcurrentRedeliveriesCreditOnce(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if credited.Load() != sessions || credited.Load()+duplicates.Load()+notPaid.Load() != sessions*copies {
+		if credited.Load() != int64(sessions) || credited.Load()+duplicates.Load()+notPaid.Load() != deliveries {
 			t.Fatalf("round %d: %d credited, %d duplicates, %d left to the general path; want %d credited of %d",
-				r, credited.Load(), duplicates.Load(), notPaid.Load(), sessions, sessions*copies)
+				r, credited.Load(), duplicates.Load(), notPaid.Load(), sessions, deliveries)
 		}
+		sessionsInAll += int64(sessions)
 	}
 	var entries, balance int64
 	if err := pool.QueryRow(ctx, `SELECT count(*), sum(amount) FROM ledger WHERE kind = 'topup'`).Scan(&entries, &balance); err != nil {
 		t.Fatal(err)
 	}
-	if entries != sessions*rounds || balance != sessions*rounds {
-		t.Fatalf("%d entries summing %d, want %d", entries, balance, sessions*rounds)
+	if entries != sessionsInAll || balance != sessionsInAll {
+		t.Fatalf("%d entries summing %d, want %d", entries, balance, sessionsInAll)
 	}
 	noViolations(t, pool)
 }
