@@ -2,7 +2,9 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
@@ -91,6 +93,15 @@ const (
 // would not; otherwise it rolls back and writes nothing. No savepoint is needed: nothing is kept from
 // a transaction that went another way. Plain PostgreSQL only: on Citus it is always CheckoutNotPaid.
 func (l Ledger) PayCheckout(ctx context.Context, pool *Pool, p CheckoutPayment) (CheckoutPaid, Posted, error) {
+	return l.payCheckout(ctx, pool, p, 0)
+}
+
+// errLockWait: a lock was not granted within payCheckout's lockTimeout; nothing was written.
+var errLockWait = errors.New("a lock was waited for longer than the transaction's lock timeout")
+
+// payCheckout is PayCheckout whose lock waits, with a positive lockTimeout, end there: then it writes
+// nothing and returns errLockWait.
+func (l Ledger) payCheckout(ctx context.Context, pool *Pool, p CheckoutPayment, lockTimeout time.Duration) (CheckoutPaid, Posted, error) {
 	if citus, err := onCitus(ctx, pool); err != nil || citus {
 		return CheckoutNotPaid, Posted{}, err
 	}
@@ -120,7 +131,7 @@ func (l Ledger) PayCheckout(ctx context.Context, pool *Pool, p CheckoutPayment) 
 			return err
 		},
 	}
-	tx, errs, err := beginPipelined(ctx, pool, steps)
+	tx, errs, err := beginPipelined(ctx, pool, lockTimeout, steps)
 	if err != nil {
 		return CheckoutNotPaid, Posted{}, err
 	}
@@ -131,6 +142,9 @@ func (l Ledger) PayCheckout(ctx context.Context, pool *Pool, p CheckoutPayment) 
 		_ = endPipelined(ctx, tx, false)
 		if isNoRows(err) || refusedByData(err) {
 			return CheckoutNotPaid, Posted{}, nil
+		}
+		if lockTimeout > 0 && lockNotAvailable(err) {
+			return CheckoutNotPaid, Posted{}, errLockWait
 		}
 		// The database failed, not the payment (a connection lost, a deadlock): the general path would
 		// fail the same way, and the caller answers it as such.

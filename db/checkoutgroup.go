@@ -29,13 +29,18 @@ import (
 // out.
 //
 // No member waits for others to arrive: a group is whoever arrived while the previous one committed,
-// and a delivery alone commits alone, so a quiet webhook pays no latency for grouping. One group
-// commits at a time. Grouping is per process; on Citus every member takes its own transaction (where
+// and a delivery that finds nobody else commits at once, alone, with PayCheckout's statements, so a
+// quiet webhook pays no latency for grouping. One group commits at a time, and never waits long for a lock (lock_timeout,
+// checkoutLockTimeout): when a member's account, payment or event is held by another transaction (a
+// billing chunk, a hot account's postings, a concurrent delivery), the group gives up and its members
+// take their own transactions, so that one busy account never holds up the deliveries of the others
+// for longer. Grouping is per process; on Citus every member takes its own transaction (where
 // PayCheckout leaves the event to the general path).
 type CheckoutGrouper struct {
-	pool   *Pool
-	ledger Ledger
-	queue  *groupQueue[CheckoutPayment, checkoutAnswer]
+	pool        *Pool
+	ledger      Ledger
+	queue       *groupQueue[CheckoutPayment, checkoutAnswer]
+	lockTimeout time.Duration
 }
 
 // checkoutAnswer is PayCheckout's answer to one member of a group.
@@ -57,6 +62,9 @@ const (
 	// checkoutGroupAttempts: the group, then once more without the members that did not go as
 	// planned; a second surprise sends everyone to their own transaction.
 	checkoutGroupAttempts = 2
+	// checkoutLockTimeout bounds each lock wait of a group: long enough for the commits of other
+	// deliveries and of a hot account's posting groups (a few milliseconds), short of a billing chunk.
+	checkoutLockTimeout = 25 * time.Millisecond
 )
 
 // errPayAlone: the member runs its own PayCheckout (on its caller's goroutine, after the group).
@@ -65,7 +73,7 @@ var errPayAlone = errors.New("pay the session in its own transaction")
 // NewCheckoutGrouper returns a grouper that commits through ledger (so that OnPosted rides along, in
 // the group's transaction) on pool.
 func NewCheckoutGrouper(pool *Pool, ledger Ledger) *CheckoutGrouper {
-	g := &CheckoutGrouper{pool: pool, ledger: ledger}
+	g := &CheckoutGrouper{pool: pool, ledger: ledger, lockTimeout: checkoutLockTimeout}
 	g.queue = newGroupQueue(checkoutWindow, maxCheckoutGroup, g.commit)
 	return g
 }
@@ -82,9 +90,13 @@ func (g *CheckoutGrouper) Pay(ctx context.Context, p CheckoutPayment) (CheckoutP
 
 func (g *CheckoutGrouper) commit(_ string, group []*checkoutMember) {
 	if len(group) == 1 {
-		// Alone, on the drain: the next group gathers while this one commits.
+		// Alone, on the drain (the next group gathers meanwhile), with PayCheckout's own statements,
+		// cheaper than the set-based ones for one; a lock held elsewhere sends it to its own goroutine.
 		m := group[0]
-		paid, posted, err := g.ledger.PayCheckout(m.ctx, g.pool, m.req)
+		paid, posted, err := g.ledger.payCheckout(m.ctx, g.pool, m.req, g.lockTimeout)
+		if errors.Is(err, errLockWait) {
+			err = errPayAlone
+		}
 		m.reply(checkoutAnswer{paid, posted}, err)
 		return
 	}
@@ -109,8 +121,9 @@ func (g *CheckoutGrouper) commit(_ string, group []*checkoutMember) {
 			}
 			return
 		case err != nil:
-			// A statement failed (a payment that paid another order, a balance beyond a bigint, a
-			// deadlock, a lost connection): its own transaction tells each member which.
+			// A statement failed (a payment that paid another order, a balance beyond a bigint, a lock
+			// waited for too long, a deadlock, a lost connection): its own transaction tells each
+			// member which.
 			alone = append(alone, group...)
 			return
 		case posted != nil:
@@ -134,14 +147,16 @@ func (g *CheckoutGrouper) commit(_ string, group []*checkoutMember) {
 
 // distinctCheckouts keeps, in arrival order, the members that share no event, session, payment or
 // credit key with an earlier one; the others run alone after the group, and their own transactions
-// find what the group did (a duplicate delivery, a session already paid).
+// find what the group did (a duplicate delivery, a session already paid). So do members the group's
+// statements do not take: an event recorded parked, a credit without a dedupe key (the group tells
+// its credits apart by their keys).
 func distinctCheckouts(group []*checkoutMember) (distinct, alone []*checkoutMember) {
 	seen := map[string]bool{}
 	for _, m := range group {
 		p := m.req
 		keys := []string{"event " + p.Event.ID, "session " + p.Order.SessionID, "order " + p.Order.ID,
 			"payment " + p.Order.PaymentIntent, "key " + p.Credit.DedupeKey}
-		if slices.ContainsFunc(keys, func(k string) bool { return seen[k] }) {
+		if p.Event.ParkedReason != "" || p.Credit.DedupeKey == "" || slices.ContainsFunc(keys, func(k string) bool { return seen[k] }) {
 			alone = append(alone, m)
 			continue
 		}
@@ -177,7 +192,7 @@ func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember)
 		events.Created = append(events.Created, e.Created)
 		events.Payloads = append(events.Payloads, e.Payload)
 		events.Outcomes = append(events.Outcomes, e.Outcome)
-		events.PaymentIntents = append(events.PaymentIntents, o.PaymentIntent)
+		events.PaymentIntents = append(events.PaymentIntents, e.PaymentIntent)
 		orders.IDs = append(orders.IDs, o.ID)
 		orders.AccountIDs = append(orders.AccountIDs, o.AccountID)
 		orders.SessionIDs = append(orders.SessionIDs, o.SessionID)
@@ -197,12 +212,12 @@ func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember)
 		paid     []dbsqlc.TopupsPaySessionsRow
 		entries  []dbsqlc.LedgerInsertCreditsRow
 	)
-	tx, errs, err := beginPipelined(ctx, g.pool, []step{
+	tx, errs, err := beginPipelined(ctx, g.pool, g.lockTimeout, []step{
 		func(q *dbsqlc.Queries) (err error) {
 			recorded, err = q.StripeEventsInsertGroup(ctx, events)
 			return err
 		},
-		func(q *dbsqlc.Queries) error { return q.StripeEventsLockPayments(ctx, events.PaymentIntents) },
+		func(q *dbsqlc.Queries) error { return q.StripeEventsLockPayments(ctx, orders.PaymentIntents) },
 		func(q *dbsqlc.Queries) (err error) { paid, err = q.TopupsPaySessions(ctx, orders); return err },
 		func(q *dbsqlc.Queries) (err error) { entries, err = q.LedgerInsertCredits(ctx, credits); return err },
 	})
@@ -233,8 +248,7 @@ func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember)
 		p := m.req
 		order, orderPaid := paidBy[p.Order.SessionID]
 		entry, credited := entryBy[p.Credit.DedupeKey]
-		planned[i] = isRecorded[p.Event.ID] && orderPaid && order.AccountID == p.Order.AccountID && !order.ParkedWaiting &&
-			credited && entry.AccountID == p.Order.AccountID
+		planned[i] = isRecorded[p.Event.ID] && orderPaid && order.AccountID == p.Order.AccountID && !order.ParkedWaiting && credited
 		all = all && planned[i]
 		posted[i] = Posted{Posted: true, Balance: entry.BalanceAfter, Entry: Entry{
 			ID: entry.ID, AccountID: p.Order.AccountID, Kind: p.Credit.Kind, Amount: p.Order.Amount,

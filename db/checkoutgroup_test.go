@@ -60,22 +60,23 @@ func lockAccount(t *testing.T, pool *pgxpool.Pool, account string) (release func
 	return release
 }
 
-// startOneGroup has g take payments as one group: a first delivery, on an account whose row the test
-// holds, keeps the grouper busy until every payment waits, in order, then the row is let go. wait returns each
-// payment's answer, in order.
+// startOneGroup has g take payments as one group: a first delivery's group is held at the grouper's
+// gate until every payment waits, in order, then let go. wait returns each payment's answer, in order.
+// g must be new.
 func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.CheckoutGrouper, payments []db.CheckoutPayment) (wait func() []checkoutAnswer) {
 	t.Helper()
 	ctx := context.Background()
+	held, release := db.GateCheckoutGroups(g)
+	t.Cleanup(release)
 	holder := fmt.Sprintf("acct_holder_%d", time.Now().UnixNano())
 	newAccount(t, pool, holder)
-	release := lockAccount(t, pool, holder)
 	first := make(chan checkoutAnswer, 1)
 	go func() {
 		id := "evt_" + holder
 		paid, posted, err := g.Pay(ctx, checkoutPayment(id, "cs_"+holder, "pi_"+holder, holder, 1))
 		first <- checkoutAnswer{paid, posted, err}
 	}()
-	waitFor(t, "the first delivery waits for its account", func() bool { return lockWaiters(t, pool, "LedgerInsert") == 1 })
+	waitFor(t, "the first delivery's group is held", held)
 
 	answers := make([]checkoutAnswer, len(payments))
 	var wg sync.WaitGroup
@@ -155,6 +156,22 @@ func TestCheckoutGrouperAnswersEachDeliveryAsItsOwnTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Recorded by another transaction after the read, as the general path records an event it parks:
+	// the group must not apply it again.
+	if _, err := db.RecordEvent(ctx, pool, db.Event{
+		ID: "evt_parked", Type: "checkout.session.completed", APIVersion: "2024-06-20", Created: time.Now(), Payload: []byte(`{}`),
+		Outcome: "parked", ParkedReason: "amount_mismatch", PaymentIntent: "pi_parked",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A pending order of another account for the session, committed after the read named acct_a.
+	if _, _, err := db.InsertPendingTopup(ctx, pool, db.Topup{ID: "top_elsewhere", AccountID: "acct_c", Amount: 500, Currency: "usd"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetTopupSession(ctx, pool, "top_elsewhere", "cs_elsewhere", "https://checkout.example/cs_elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+
 	pending := checkoutPayment("evt_pending", "cs_pending", "pi_pending", "acct_b", 250)
 	pending.Order.ID = "ignored: the order exists"
 	keyTaken := checkoutPayment("evt_key", "cs_key", "pi_key", "acct_c", 10)
@@ -178,6 +195,8 @@ func TestCheckoutGrouperAnswersEachDeliveryAsItsOwnTransaction(t *testing.T) {
 		{"a credit key taken", keyTaken, db.CheckoutNotPaid},
 		{"an unknown account", checkoutPayment("evt_missing", "cs_missing", "pi_missing", "acct_missing", 500), db.CheckoutNotPaid},
 		{"another currency than the account's", euros, db.CheckoutNotPaid},
+		{"an event recorded meanwhile", checkoutPayment("evt_parked", "cs_parked", "pi_parked", "acct_b", 100), db.CheckoutDuplicate},
+		{"an order of another account", checkoutPayment("evt_elsewhere", "cs_elsewhere", "pi_elsewhere", "acct_a", 500), db.CheckoutNotPaid},
 		{"a third session of the same account", checkoutPayment("evt_a3", "cs_a3", "pi_a3", "acct_a", 400), db.CheckoutCredited},
 	}
 	payments := make([]db.CheckoutPayment, len(cases))
@@ -211,7 +230,7 @@ func TestCheckoutGrouperAnswersEachDeliveryAsItsOwnTransaction(t *testing.T) {
 		t.Errorf("events %d, orders %d, entries %d; before %v, %d credited", events, orders, entries, before, len(creditedKeys))
 	}
 	// Each account's entries follow each other in the order of the group, each with its own balance.
-	for i, want := range map[int][2]int64{0: {1, 100}, 1: {2, 300}, 12: {3, 700}, 2: {1, 300}, 3: {2, 550}} {
+	for i, want := range map[int][2]int64{0: {1, 100}, 1: {2, 300}, 14: {3, 700}, 2: {1, 300}, 3: {2, 550}} {
 		if e := answers[i].posted.Entry; e.Seq != want[0] || e.BalanceAfter != want[1] {
 			t.Errorf("%s: seq %d balance %d, want %v", cases[i].name, e.Seq, e.BalanceAfter, want)
 		}
@@ -274,6 +293,7 @@ func TestCheckoutGrouperConnectionLostMidGroupLosesNothing(t *testing.T) {
 		payments[i] = checkoutPayment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("cs_%d", i), fmt.Sprintf("pi_%d", i), account, 10)
 	}
 	g := db.NewCheckoutGrouper(pool, ledger)
+	db.SetCheckoutLockTimeout(g, time.Minute) // long enough to catch the group waiting
 	wait := startOneGroup(t, pool, g, payments)
 	waitFor(t, "the group waits for the account", func() bool { return lockWaiters(t, pool, "LedgerInsertCredits") == 1 })
 	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()
@@ -361,14 +381,15 @@ func TestCheckoutGrouperCallerGoneBeforeItsGroupWritesNothing(t *testing.T) {
 	pool := dbtest.New(t)
 	newAccount(t, pool, "acct_hold")
 	newAccount(t, pool, "acct_gone")
-	release := lockAccount(t, pool, "acct_hold")
 	g := db.NewCheckoutGrouper(pool, ledger)
+	held, release := db.GateCheckoutGroups(g)
+	t.Cleanup(release)
 	first := make(chan error, 1)
 	go func() {
 		_, _, err := g.Pay(ctx, checkoutPayment("evt_hold", "cs_hold", "pi_hold", "acct_hold", 1))
 		first <- err
 	}()
-	waitFor(t, "the first delivery waits for its account", func() bool { return lockWaiters(t, pool, "LedgerInsert") == 1 })
+	waitFor(t, "the first delivery's group is held", held)
 	gone, cancel := context.WithCancel(ctx)
 	answered := make(chan error, 1)
 	go func() {
@@ -388,4 +409,39 @@ func TestCheckoutGrouperCallerGoneBeforeItsGroupWritesNothing(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stripe_events WHERE event_id = 'evt_gone')`).Scan(&written); err != nil || written {
 		t.Fatalf("the gone caller's event was written (%v)", err)
 	}
+}
+
+// A member's account is held by another transaction for long (a billing chunk, say): the group waits
+// for it only briefly, then every member takes its own transaction, so the deliveries of other accounts
+// are credited while the account stays held, and the held one once it is let go.
+func TestCheckoutGrouperBusyAccountHoldsUpNoOtherDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	newAccount(t, pool, "acct_busy")
+	newAccount(t, pool, "acct_free")
+	release := lockAccount(t, pool, "acct_busy")
+	payments := []db.CheckoutPayment{
+		checkoutPayment("evt_busy", "cs_busy", "pi_busy", "acct_busy", 10),
+		checkoutPayment("evt_free_1", "cs_free_1", "pi_free_1", "acct_free", 10),
+		checkoutPayment("evt_free_2", "cs_free_2", "pi_free_2", "acct_free", 20),
+	}
+	g := db.NewCheckoutGrouper(pool, ledger)
+	wait := startOneGroup(t, pool, g, payments)
+	waitFor(t, "the other account's deliveries are credited", func() bool {
+		acct, err := db.GetAccount(ctx, pool, "acct_free")
+		return err == nil && acct.Balance == 30
+	})
+	// And the grouper is free for new deliveries meanwhile.
+	newAccount(t, pool, "acct_later")
+	if paid, _, err := g.Pay(ctx, checkoutPayment("evt_later", "cs_later", "pi_later", "acct_later", 5)); err != nil || paid != db.CheckoutCredited {
+		t.Fatalf("a later delivery: %v %v", paid, err)
+	}
+	release()
+	for i, a := range wait() {
+		if a.err != nil || a.paid != db.CheckoutCredited {
+			t.Errorf("delivery %d: %v %v", i, a.paid, a.err)
+		}
+	}
+	noViolations(t, pool)
 }

@@ -104,6 +104,12 @@ func refusedByData(err error) bool {
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
+// lockNotAvailable: a lock was not granted within the transaction's lock_timeout.
+func lockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
+}
+
 // isConnectionError recognises failures to reach or keep the server: these are worth a retry.
 func isConnectionError(err error) bool {
 	var netErr net.Error

@@ -2,6 +2,9 @@ package db
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
@@ -32,3 +35,26 @@ func CheckoutsWaiting(g *CheckoutGrouper) int {
 	}
 	return 0
 }
+
+// GateCheckoutGroups makes g's next group wait, once taken, until release is called; held reports
+// whether a group waits there. Call it before g is used.
+func GateCheckoutGroups(g *CheckoutGrouper) (held func() bool, release func()) {
+	var waiting atomic.Bool
+	gate := make(chan struct{})
+	var once sync.Once
+	commit := g.queue.commit
+	first := true
+	g.queue.commit = func(key string, group []*checkoutMember) {
+		if first {
+			first = false
+			waiting.Store(true)
+			<-gate
+		}
+		commit(key, group)
+	}
+	return waiting.Load, func() { once.Do(func() { close(gate) }) }
+}
+
+// SetCheckoutLockTimeout sets how long g's groups wait for a lock, so that a test can catch one
+// waiting.
+func SetCheckoutLockTimeout(g *CheckoutGrouper, d time.Duration) { g.lockTimeout = d }

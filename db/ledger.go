@@ -155,17 +155,18 @@ func (l Ledger) Post(ctx context.Context, tx Tx, p Posting) (Posted, error) {
 	return out, nil
 }
 
-// Posted runs OnPosted, if set, for entries newly inserted in tx. Every path that inserts entries
-// (Post, bulk billing) calls it, so that no entry escapes its side effects.
+// Posted runs OnPosted, if set, for entries newly inserted in tx, then counts them. Every path that
+// inserts entries (Post, bulk billing) calls it, so that no entry escapes its side effects. Entries
+// whose OnPosted failed are not counted: their transaction rolls back, and a path that then posts
+// them another way (a group's members, one by one) counts them there.
 func (l Ledger) Posted(ctx context.Context, tx Tx, posted []Posted) error {
+	if l.OnPosted != nil && len(posted) > 0 {
+		if err := l.OnPosted(ctx, tx, posted); err != nil {
+			return fmt.Errorf("after posting: %w", err)
+		}
+	}
 	for _, p := range posted {
 		l.observe(p.Entry.Kind, ResultPosted)
-	}
-	if l.OnPosted == nil || len(posted) == 0 {
-		return nil
-	}
-	if err := l.OnPosted(ctx, tx, posted); err != nil {
-		return fmt.Errorf("after posting: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,30 +17,40 @@ import (
 type step func(q *dbsqlc.Queries) error
 
 // beginPipelined begins a transaction on pool and runs steps in it, all in one round trip: one pgx
-// batch whose first query is BEGIN. Each step is called twice with the same arguments, first to queue
+// batch whose first query is BEGIN. A positive lockTimeout bounds every lock wait of the transaction
+// (SET LOCAL lock_timeout): a statement that would wait longer fails with lock_not_available. Each step is called twice with the same arguments, first to queue
 // its statement (the generated code gets errQueued, which is ignored) and then, once the batch is sent,
 // to read its result (the generated code scans the batch's next result), so the SQL and its scanning
 // stay sqlc's. errs holds each step's error: after a failed statement PostgreSQL skips the rest, whose
 // errors then say so. err is set, and the transaction already closed, only when the batch could not
 // begin it. Otherwise the caller must commit or roll back tx, through endPipelined: with InTx, the only
 // places that end a transaction.
-func beginPipelined(ctx context.Context, pool *Pool, steps []step) (tx Tx, errs []error, err error) {
+func beginPipelined(ctx context.Context, pool *Pool, lockTimeout time.Duration, steps []step) (tx Tx, errs []error, err error) {
 	batch := &pgx.Batch{}
 	// READ COMMITTED whatever the server's default: each statement's snapshot must see what committed
 	// while an earlier one waited for a lock.
 	batch.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if lockTimeout > 0 {
+		batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds()))
+	}
 	queue := dbsqlc.New(queueing{batch})
 	for _, s := range steps {
 		_ = s(queue)
 	}
 	results := pool.SendBatch(ctx, batch)
 	tx = results.Tx()
-	if _, err := results.Exec(); err != nil {
-		_ = results.Close()
-		if tx != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+	begin := 1
+	if lockTimeout > 0 {
+		begin = 2
+	}
+	for range begin {
+		if _, err := results.Exec(); err != nil {
+			_ = results.Close()
+			if tx != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+			}
+			return nil, nil, fmt.Errorf("begin: %w", MapError(err))
 		}
-		return nil, nil, fmt.Errorf("begin: %w", MapError(err))
 	}
 	read := dbsqlc.New(reading{results})
 	errs = make([]error, len(steps))

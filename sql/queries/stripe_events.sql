@@ -9,7 +9,8 @@ RETURNING seq;
 
 -- name: StripeEventsInsertGroup :many
 -- Records a group of verified events in one statement, in the transaction that applies them (the
--- webhook's group commit of first deliveries, CheckoutGrouper); the arrays are read in lockstep, one
+-- webhook's group commit of first deliveries, CheckoutGrouper, whose transaction waits at most 25 ms
+-- for any lock, else its members take their own transactions); the arrays are read in lockstep, one
 -- element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at most once:
 -- returns the ids inserted, and an event recorded already, or meanwhile by a concurrent delivery
 -- (waited for), is simply not among them.
@@ -17,6 +18,8 @@ INSERT INTO stripe_events (event_id, type, api_version, livemode, created, paylo
 SELECT (@event_ids::text[])[i], (@types::text[])[i], (@api_versions::text[])[i], (@livemodes::boolean[])[i],
        (@created::timestamptz[])[i], (@payloads::jsonb[])[i], (@outcomes::text[])[i], (@payment_intents::text[])[i]
 FROM generate_subscripts(@event_ids::text[], 1) AS i
+-- In id order: two groups (of two processes) holding the same events lock them in the same order.
+ORDER BY (@event_ids::text[])[i]
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id;
 

@@ -261,7 +261,7 @@ type LedgerInsertCreditsRow struct {
 }
 
 // Appends credits to any number of accounts in one statement (the webhook's group commit of first
-// deliveries); the arrays are read in lockstep, one element per credit, each with its dedupe key. The
+// deliveries); the arrays are read in lockstep, one element per credit, each with a dedupe key. The
 // accounts are locked first, in id order (FOR NO KEY UPDATE, as LedgerInsert and billing take them), so
 // that two such statements, or this and billing, queue instead of deadlocking. Each account's credits
 // are numbered from its last_seq + 1 in array order, each with balance_after = balance + the running

@@ -159,6 +159,7 @@ INSERT INTO stripe_events (event_id, type, api_version, livemode, created, paylo
 SELECT ($1::text[])[i], ($2::text[])[i], ($3::text[])[i], ($4::boolean[])[i],
        ($5::timestamptz[])[i], ($6::jsonb[])[i], ($7::text[])[i], ($8::text[])[i]
 FROM generate_subscripts($1::text[], 1) AS i
+ORDER BY ($1::text[])[i]
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id
 `
@@ -175,10 +176,12 @@ type StripeEventsInsertGroupParams struct {
 }
 
 // Records a group of verified events in one statement, in the transaction that applies them (the
-// webhook's group commit of first deliveries, CheckoutGrouper); the arrays are read in lockstep, one
+// webhook's group commit of first deliveries, CheckoutGrouper, whose transaction waits at most 25 ms
+// for any lock, else its members take their own transactions); the arrays are read in lockstep, one
 // element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at most once:
 // returns the ids inserted, and an event recorded already, or meanwhile by a concurrent delivery
 // (waited for), is simply not among them.
+// In id order: two groups (of two processes) holding the same events lock them in the same order.
 func (q *Queries) StripeEventsInsertGroup(ctx context.Context, arg StripeEventsInsertGroupParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, stripeEventsInsertGroup,
 		arg.EventIDs,
