@@ -69,6 +69,15 @@ type CheckoutPayment struct {
 	Credit Posting
 }
 
+// credit is the payment's credit as posted: the entry inserted with id, createdAt, seq and balanceAfter.
+func (p CheckoutPayment) credit(id int64, createdAt time.Time, seq, balanceAfter int64) Posted {
+	return Posted{Posted: true, Balance: balanceAfter, Entry: Entry{
+		ID: id, AccountID: p.Order.AccountID, Kind: p.Credit.Kind, Amount: p.Order.Amount, Description: p.Credit.Description,
+		DedupeKey: p.Credit.DedupeKey, PaymentIntent: p.Order.PaymentIntent, CreatedAt: createdAt, Seq: seq,
+		BalanceAfter: balanceAfter,
+	}}
+}
+
 // CheckoutPaid says what PayCheckout did.
 type CheckoutPaid int
 
@@ -153,11 +162,7 @@ func (l Ledger) payCheckout(ctx context.Context, pool *Pool, p CheckoutPayment, 
 	if order.ParkedWaiting || order.AccountID != o.AccountID {
 		return CheckoutNotPaid, Posted{}, endPipelined(ctx, tx, false)
 	}
-	posted := Posted{Posted: true, Balance: entry.BalanceAfter, Entry: Entry{
-		ID: entry.ID, AccountID: o.AccountID, Kind: p.Credit.Kind, Amount: o.Amount, Description: p.Credit.Description,
-		DedupeKey: p.Credit.DedupeKey, PaymentIntent: o.PaymentIntent, CreatedAt: entry.CreatedAt,
-		Seq: entry.Seq, BalanceAfter: entry.BalanceAfter,
-	}}
+	posted := p.credit(entry.ID, entry.CreatedAt, entry.Seq, entry.BalanceAfter)
 	if err := l.Posted(ctx, tx, []Posted{posted}); err != nil {
 		_ = endPipelined(ctx, tx, false)
 		return CheckoutNotPaid, Posted{}, err

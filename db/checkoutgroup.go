@@ -250,11 +250,7 @@ func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember)
 		entry, credited := entryBy[p.Credit.DedupeKey]
 		planned[i] = isRecorded[p.Event.ID] && orderPaid && order.AccountID == p.Order.AccountID && !order.ParkedWaiting && credited
 		all = all && planned[i]
-		posted[i] = Posted{Posted: true, Balance: entry.BalanceAfter, Entry: Entry{
-			ID: entry.ID, AccountID: p.Order.AccountID, Kind: p.Credit.Kind, Amount: p.Order.Amount,
-			Description: p.Credit.Description, DedupeKey: p.Credit.DedupeKey, PaymentIntent: p.Order.PaymentIntent,
-			CreatedAt: entry.CreatedAt, Seq: entry.Seq, BalanceAfter: entry.BalanceAfter,
-		}}
+		posted[i] = p.credit(entry.ID, entry.CreatedAt, entry.Seq, entry.BalanceAfter)
 	}
 	if !all {
 		return nil, planned, endPipelined(ctx, tx, false)
