@@ -39,7 +39,7 @@ import (
 type CheckoutGrouper struct {
 	pool        *Pool
 	ledger      Ledger
-	queue       *groupQueue[CheckoutPayment, checkoutAnswer]
+	queue       *groupQueue[CheckoutPayment, checkoutAnswer, struct{}]
 	lockTimeout time.Duration
 }
 
@@ -88,7 +88,7 @@ func (g *CheckoutGrouper) Pay(ctx context.Context, p CheckoutPayment) (CheckoutP
 	return a.paid, a.posted, err
 }
 
-func (g *CheckoutGrouper) commit(_ string, group []*checkoutMember) {
+func (g *CheckoutGrouper) commit(_ string, _ *struct{}, group []*checkoutMember) {
 	if len(group) == 1 {
 		// Alone, on the drain (the next group gathers meanwhile), with PayCheckout's own statements,
 		// cheaper than the set-based ones for one; a lock held elsewhere sends it to its own goroutine.

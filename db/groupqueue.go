@@ -10,16 +10,18 @@ import (
 )
 
 // groupQueue gathers the concurrent requests of one key (an account) for up to a window and hands
-// them, in arrival order, to commit in groups of at most max, one group at a time per key. Poster and
-// HoldAuthoriser group through it: commit must answer every member of its group exactly once (a
-// member's answer channel is buffered, so commit never blocks on a caller).
-type groupQueue[Req, Ans any] struct {
+// them, in arrival order, to commit in groups of at most max, one group at a time per key. Poster,
+// HoldAuthoriser and CheckoutGrouper group through it: commit must answer every member of its group
+// exactly once (a member's answer channel is buffered, so commit never blocks on a caller). memo is
+// what commit keeps of a key from one of its groups to the next: it lives as long as the key's drain
+// (zero when the drain starts, gone when it ends), so an idle key costs nothing.
+type groupQueue[Req, Ans, Memo any] struct {
 	window time.Duration
 	max    int
-	commit func(key string, group []*groupMember[Req, Ans])
+	commit func(key string, memo *Memo, group []*groupMember[Req, Ans])
 
 	mu     sync.Mutex
-	queues map[string]*keyQueue[Req, Ans] // keys with a drain goroutine running
+	queues map[string]*keyQueue[Req, Ans, Memo] // keys with a drain goroutine running
 }
 
 // A waiting request moves from memberWaiting to memberTaken (a group owns it and will answer) or to
@@ -45,17 +47,18 @@ type groupAnswer[Ans any] struct {
 
 func (m *groupMember[Req, Ans]) reply(ans Ans, err error) { m.answer <- groupAnswer[Ans]{ans, err} }
 
-type keyQueue[Req, Ans any] struct {
+type keyQueue[Req, Ans, Memo any] struct {
 	waiting []*groupMember[Req, Ans] // guarded by groupQueue.mu
 	last    int                      // size of the last group taken; guarded by groupQueue.mu
 	full    chan struct{}            // wakes the drain when a group is complete before its window ends
 	arrival chan struct{}            // wakes an idle drain
+	memo    Memo                     // touched only by the drain, through commit
 }
 
 // complete reports that the group need not wait for its window: max requests wait, or as many as the
 // last group held. Callers answered by one group tend to come back together; once they all have,
 // waiting longer only adds latency.
-func (q *keyQueue[Req, Ans]) complete(max int) bool {
+func (q *keyQueue[Req, Ans, Memo]) complete(max int) bool {
 	return len(q.waiting) >= max || (q.last > 1 && len(q.waiting) >= q.last)
 }
 
@@ -67,19 +70,19 @@ func signal(c chan struct{}) {
 	}
 }
 
-func newGroupQueue[Req, Ans any](window time.Duration, max int, commit func(string, []*groupMember[Req, Ans])) *groupQueue[Req, Ans] {
+func newGroupQueue[Req, Ans, Memo any](window time.Duration, max int, commit func(string, *Memo, []*groupMember[Req, Ans])) *groupQueue[Req, Ans, Memo] {
 	if window <= 0 {
 		window = defaultGroupWindow
 	}
 	if max <= 0 {
 		max = defaultMaxGroup
 	}
-	return &groupQueue[Req, Ans]{window: window, max: max, commit: commit, queues: map[string]*keyQueue[Req, Ans]{}}
+	return &groupQueue[Req, Ans, Memo]{window: window, max: max, commit: commit, queues: map[string]*keyQueue[Req, Ans, Memo]{}}
 }
 
 // do queues req under key and returns its answer once its group committed. When ctx ends before a
 // group took req, nothing was attempted and ctx's error is returned; once taken, the answer is awaited.
-func (g *groupQueue[Req, Ans]) do(ctx context.Context, key string, req Req) (Ans, error) {
+func (g *groupQueue[Req, Ans, Memo]) do(ctx context.Context, key string, req Req) (Ans, error) {
 	m := &groupMember[Req, Ans]{req: req, ctx: ctx, arrived: time.Now(), answer: make(chan groupAnswer[Ans], 1)}
 	g.enqueue(key, m)
 	select {
@@ -95,12 +98,12 @@ func (g *groupQueue[Req, Ans]) do(ctx context.Context, key string, req Req) (Ans
 	}
 }
 
-func (g *groupQueue[Req, Ans]) enqueue(key string, m *groupMember[Req, Ans]) {
+func (g *groupQueue[Req, Ans, Memo]) enqueue(key string, m *groupMember[Req, Ans]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q := g.queues[key]
 	if q == nil {
-		q = &keyQueue[Req, Ans]{full: make(chan struct{}, 1), arrival: make(chan struct{}, 1)}
+		q = &keyQueue[Req, Ans, Memo]{full: make(chan struct{}, 1), arrival: make(chan struct{}, 1)}
 		g.queues[key] = q
 		go g.drain(key, q)
 	}
@@ -114,7 +117,7 @@ func (g *groupQueue[Req, Ans]) enqueue(key string, m *groupMember[Req, Ans]) {
 // drain commits a key's groups one after the other until none arrived for a whole window, then ends:
 // an idle key costs no goroutine. Lingering that long keeps the last group's size for the callers it
 // answered, who are usually on their way back.
-func (g *groupQueue[Req, Ans]) drain(key string, q *keyQueue[Req, Ans]) {
+func (g *groupQueue[Req, Ans, Memo]) drain(key string, q *keyQueue[Req, Ans, Memo]) {
 	for {
 		g.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -145,13 +148,13 @@ func (g *groupQueue[Req, Ans]) drain(key string, q *keyQueue[Req, Ans]) {
 			timer.Stop()
 		}
 		if group := g.take(q); len(group) > 0 {
-			g.commit(key, group)
+			g.commit(key, &q.memo, group)
 		}
 	}
 }
 
 // take removes up to max waiting requests, skipping those whose callers already left.
-func (g *groupQueue[Req, Ans]) take(q *keyQueue[Req, Ans]) []*groupMember[Req, Ans] {
+func (g *groupQueue[Req, Ans, Memo]) take(q *keyQueue[Req, Ans, Memo]) []*groupMember[Req, Ans] {
 	g.mu.Lock()
 	n := min(len(q.waiting), g.max)
 	batch := q.waiting[:n:n]

@@ -491,7 +491,7 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 // any other failure is resolved by authorising its members one transaction each.
 type HoldAuthoriser struct {
 	pool  Beginner
-	queue *groupQueue[authRequest, HoldAuthorised]
+	queue *groupQueue[authRequest, HoldAuthorised, struct{}]
 }
 
 type authRequest struct {
@@ -515,7 +515,7 @@ func (a *HoldAuthoriser) Authorise(ctx context.Context, accountID, holdID string
 
 type authMember = groupMember[authRequest, HoldAuthorised]
 
-func (a *HoldAuthoriser) commit(account string, group []*authMember) {
+func (a *HoldAuthoriser) commit(account string, _ *struct{}, group []*authMember) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	if len(group) > 1 {

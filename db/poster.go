@@ -17,8 +17,12 @@ import (
 // Poster posts entries with group commit. Every posting on one account serialises on that account's
 // balance row, so one transaction per posting caps a hot account at one fsync'd commit per posting.
 // Poster gathers the concurrent postings of one account for a few milliseconds and commits them in
-// ONE transaction: the account row locked first, one set-based insert under ledger_dedupe_idx that
-// numbers the entries and carries their balance_after, the balance moved by ledger_chain.
+// ONE transaction: one set-based insert under ledger_dedupe_idx that locks the account row, numbers
+// the entries and carries their balance_after, the balance moved by ledger_chain. While an account is
+// busy, each group is planned on the balance its previous group left, and its insert (which inserts
+// only if the locked balance is still that) is sent with BEGIN: two round trips with COMMIT. The
+// first group of a busy spell, or one whose balance moved meanwhile, locks the row and reads the
+// balance first.
 //
 // To each caller, Post is exactly one InTx + Ledger.Post: an exact replay is Posted=false with the
 // original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
@@ -38,9 +42,16 @@ import (
 // Grouping is per process: postings of one account through two processes still serialise on the row
 // lock, each group as one transaction, which is correct and only slower.
 type Poster struct {
-	pool   Beginner
+	pool   *Pool
 	ledger Ledger
-	queue  *groupQueue[Posting, Posted]
+	queue  *groupQueue[Posting, Posted, lastBalance]
+}
+
+// lastBalance is the balance an account's last group left, when known: what its next group is planned
+// on. It is remembered while the account's drain runs (groupQueue's memo).
+type lastBalance struct {
+	balance int64
+	known   bool
 }
 
 // PosterOptions tunes grouping; the zero value takes the defaults.
@@ -65,7 +76,7 @@ const (
 )
 
 // NewPoster returns a Poster that posts through ledger (so that OnPosted rides along) on pool.
-func NewPoster(pool Beginner, ledger Ledger, o PosterOptions) *Poster {
+func NewPoster(pool *Pool, ledger Ledger, o PosterOptions) *Poster {
 	s := &Poster{pool: pool, ledger: ledger}
 	s.queue = newGroupQueue(o.Window, o.MaxGroup, s.commit)
 	return s
@@ -92,20 +103,26 @@ var errPostAlone = errors.New("post the group's members one by one")
 // another transaction); the transaction rolled back and the group is planned again, keys read first.
 var errRegroup = errors.New("plan the group again")
 
-func (s *Poster) commit(_ string, group []*member) {
+func (s *Poster) commit(_ string, last *lastBalance, group []*member) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
+	from := *last
+	// Known again only once a group committed: any other path may have moved the balance.
+	*last = lastBalance{}
 	if len(group) == 1 {
 		s.postAlone(ctx, group[0])
 		return
 	}
 	var (
 		outcomes []outcome
+		balance  int64
 		err      error
 		readKeys bool // the first attempt assumes every key is new, the common case
 	)
 	for range regroupAttempts {
-		outcomes, err = s.postGroup(ctx, group, readKeys)
+		outcomes, balance, err = s.postGroup(ctx, group, readKeys, from)
+		// A retry locks the row and reads the balance first.
+		from = lastBalance{}
 		if errors.Is(err, errRegroup) {
 			readKeys = true
 			continue
@@ -116,6 +133,7 @@ func (s *Poster) commit(_ string, group []*member) {
 	}
 	switch {
 	case err == nil:
+		*last = lastBalance{balance: balance, known: true}
 		for i, m := range group {
 			// Posted entries were counted by Ledger.Posted; replays and conflicts settled in the group
 			// are counted here, as Post counts them.
@@ -159,64 +177,106 @@ func lostLockRace(err error) bool {
 		(pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
 }
 
-// postGroup runs one group in one transaction and returns each member's outcome, in group order.
-// With readKeys, the entries already posted under the group's keys are read first, so that replays and
-// conflicts are planned as such; without, every key is assumed new and a taken one (found by the
-// insert, which then returns no row for it) rolls the group back with errRegroup. Skipping the read
-// keeps the common case at one statement per step, and its plan safe on a ledger without statistics.
-func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool) ([]outcome, error) {
+// postGroup runs one group in one transaction and returns each member's outcome, in group order, and
+// the balance the group left. With from known, the group is planned on that balance and its insert is
+// sent with BEGIN, in one round trip; the insert returns no row when the balance is no longer from (or
+// when every key it meant to insert was taken), and the group is then planned on the locked row, as
+// without from: BEGIN and the lock in one round trip, then the insert. With readKeys, the entries
+// already posted under the group's keys are read first, so that replays and conflicts are planned as
+// such; without, every key is assumed new and a taken one (found by the insert, which then returns no
+// row for it) rolls the group back with errRegroup. Skipping the read keeps the common case at one
+// statement per step, and its plan safe on a ledger without statistics.
+func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) (outcomes []outcome, balance int64, err error) {
 	account := group[0].req.AccountID
-	var outcomes []outcome
-	err := InTx(ctx, s.pool, func(tx Tx) error {
-		// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
-		if citus, err := onCitus(ctx, tx); err != nil || citus {
-			return cmp.Or(err, errPostAlone)
+	// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
+	if citus, err := onCitus(ctx, s.pool); err != nil || citus {
+		return nil, 0, cmp.Or(err, errPostAlone)
+	}
+	var (
+		plan    groupPlan
+		start   int64
+		rows    []dbsqlc.LedgerInsertGroupRow
+		onLast  = from.known && !readKeys
+		stmtErr error
+	)
+	if onLast {
+		plan = planGroup(group, from.balance, nil)
+		// A refusal on a remembered balance is not final (see refusedKeys): plan on the locked row.
+		onLast = len(plan.insert) > 0 && len(plan.refusedKeys(group)) == 0
+	}
+	first := func(q *dbsqlc.Queries) error {
+		start, stmtErr = q.AccountsLockForGroup(ctx, account)
+		return stmtErr
+	}
+	if onLast {
+		arg := groupInsertArgs(group, plan.insert, from.balance)
+		first = func(q *dbsqlc.Queries) error {
+			rows, stmtErr = q.LedgerInsertGroup(ctx, arg)
+			return stmtErr
 		}
-		q := dbsqlc.New(tx)
-		start, err := q.AccountsLockForGroup(ctx, account)
-		if isNoRows(err) {
-			return errPostAlone
+	}
+	tx, _, err := beginPipelined(ctx, s.pool, 0, []step{first})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() {
+		if endErr := endPipelined(ctx, tx, err == nil); err == nil {
+			err = endErr
 		}
-		if err != nil {
-			return fmt.Errorf("lock account %s: %w", account, err)
+	}()
+	q := dbsqlc.New(tx)
+
+	if onLast && stmtErr == nil && len(rows) == 0 {
+		// The balance moved since the previous group (or the account is gone): plan on the locked row.
+		onLast = false
+		start, stmtErr = q.AccountsLockForGroup(ctx, account)
+	}
+	if !onLast {
+		if isNoRows(stmtErr) {
+			return nil, 0, errPostAlone
+		}
+		if stmtErr != nil {
+			return nil, 0, fmt.Errorf("lock account %s: %w", account, stmtErr)
 		}
 		stored := map[string]Entry{}
 		if readKeys {
 			if stored, err = storedEntries(ctx, q, groupKeys(group)); err != nil {
-				return err
+				return nil, 0, err
 			}
 		}
-		plan := planGroup(group, start, stored)
+		plan = planGroup(group, start, stored)
 		if keys := plan.refusedKeys(group); !readKeys && len(keys) > 0 {
 			// A refusal is final only for a key never posted: a retry of a posted debit is a replay
 			// (or a conflict), whatever the balance is now. Refused members move nothing, so reading
 			// their keys and planning again changes nothing for the others but their duplicates.
 			if stored, err = storedEntries(ctx, q, keys); err != nil {
-				return err
+				return nil, 0, err
 			}
 			plan = planGroup(group, start, stored)
 		}
-		outcomes = plan.outcomes
+		rows, stmtErr = nil, nil
+		if len(plan.insert) > 0 {
+			rows, stmtErr = q.LedgerInsertGroup(ctx, groupInsertArgs(group, plan.insert, start))
+		}
+	}
+	inserted, err := groupEntries(group, plan.insert, rows, stmtErr)
+	if err != nil {
+		return nil, 0, err
+	}
+	if n := len(inserted); n > 0 && inserted[n-1].BalanceAfter != plan.balance {
+		return nil, 0, fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, inserted[n-1].BalanceAfter, plan.balance)
+	}
 
-		inserted, err := insertGroup(ctx, q, group, plan.insert)
-		if err != nil {
-			return err
-		}
-		if n := len(inserted); n > 0 && inserted[n-1].BalanceAfter != plan.balance {
-			return fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, inserted[n-1].BalanceAfter, plan.balance)
-		}
-
-		posted := make([]Posted, len(plan.insert))
-		for k, i := range plan.insert {
-			outcomes[i] = outcome{ans: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
-			posted[k] = outcomes[i].ans
-		}
-		for i, first := range plan.duplicateOf {
-			outcomes[i] = settled(replayOrConflict(outcomes[first].ans.Entry, group[i].req))
-		}
-		return s.ledger.Posted(ctx, tx, posted)
-	})
-	return outcomes, err
+	outcomes = plan.outcomes
+	posted := make([]Posted, len(plan.insert))
+	for k, i := range plan.insert {
+		outcomes[i] = outcome{ans: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
+		posted[k] = outcomes[i].ans
+	}
+	for i, first := range plan.duplicateOf {
+		outcomes[i] = settled(replayOrConflict(outcomes[first].ans.Entry, group[i].req))
+	}
+	return outcomes, plan.balance, s.ledger.Posted(ctx, tx, posted)
 }
 
 // groupKeys returns the group's dedupe keys.
@@ -305,15 +365,9 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 	return plan
 }
 
-// insertGroup inserts the admitted members in one statement and returns their entries in the order
-// of insert. A key posted meanwhile by another transaction returns no row for it, or breaks the chain
-// (ledger_chain) when it was not the last: errRegroup. So does a plan whose no-overdraw admissions the
-// statement refused (no row at all): planned again it fails again, and then its members post one by one.
-func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert []int) ([]Entry, error) {
-	if len(insert) == 0 {
-		return nil, nil
-	}
-	arg := dbsqlc.LedgerInsertGroupParams{AccountID: group[insert[0]].req.AccountID}
+// groupInsertArgs are LedgerInsertGroup's arguments for the members insert, planned on start.
+func groupInsertArgs(group []*member, insert []int, start int64) dbsqlc.LedgerInsertGroupParams {
+	arg := dbsqlc.LedgerInsertGroupParams{AccountID: group[insert[0]].req.AccountID, StartBalance: start}
 	for _, i := range insert {
 		p := group[i].req
 		arg.Kinds = append(arg.Kinds, p.Kind)
@@ -323,7 +377,18 @@ func insertGroup(ctx context.Context, q *dbsqlc.Queries, group []*member, insert
 		arg.PaymentIntents = append(arg.PaymentIntents, p.PaymentIntent)
 		arg.NoOverdraw = append(arg.NoOverdraw, p.NoOverdraw)
 	}
-	rows, err := q.LedgerInsertGroup(ctx, arg)
+	return arg
+}
+
+// groupEntries turns what LedgerInsertGroup returned for the members insert into their entries, in
+// the order of insert. A key posted meanwhile by another transaction returns no row for it, or breaks
+// the chain (ledger_chain) when it was not the last: errRegroup. So does a plan whose no-overdraw
+// admissions the statement refused (no row at all): planned again it fails again, and then its
+// members post one by one.
+func groupEntries(group []*member, insert []int, rows []dbsqlc.LedgerInsertGroupRow, err error) ([]Entry, error) {
+	if len(insert) == 0 {
+		return nil, nil
+	}
 	if errors.Is(MapError(err), ErrChainBroken) {
 		return nil, errRegroup
 	}

@@ -19,7 +19,7 @@ import (
 func BenchmarkHotAccountPostings(b *testing.B) {
 	const concurrency = 64
 	type postFunc func(ctx context.Context, p db.Posting) error
-	oneTx := func(pool db.Beginner) postFunc {
+	oneTx := func(pool *db.Pool) postFunc {
 		return func(ctx context.Context, p db.Posting) error {
 			return db.InTx(ctx, pool, func(tx pgx.Tx) error {
 				_, err := ledger.Post(ctx, tx, p)
@@ -27,8 +27,8 @@ func BenchmarkHotAccountPostings(b *testing.B) {
 			})
 		}
 	}
-	grouped := func(window time.Duration) func(db.Beginner) postFunc {
-		return func(pool db.Beginner) postFunc {
+	grouped := func(window time.Duration) func(*db.Pool) postFunc {
+		return func(pool *db.Pool) postFunc {
 			poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: window})
 			return func(ctx context.Context, p db.Posting) error {
 				_, err := poster.Post(ctx, p)
@@ -38,7 +38,7 @@ func BenchmarkHotAccountPostings(b *testing.B) {
 	}
 	cases := []struct {
 		name string
-		make func(db.Beginner) postFunc
+		make func(*db.Pool) postFunc
 	}{
 		{"one-tx-per-posting", oneTx},
 		{"group-commit/window=0.5ms", grouped(500 * time.Microsecond)},

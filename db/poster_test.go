@@ -38,6 +38,15 @@ func postAllAtOnce(poster *db.Poster, postings []db.Posting) ([]db.Posted, []err
 	return outs, errs
 }
 
+// fundedAccount creates account holding amount, topped up once.
+func fundedAccount(t *testing.T, pool *db.Pool, account string, amount int64) {
+	t.Helper()
+	createAccount(t, pool, account)
+	if _, err := post(t, pool, db.Posting{AccountID: account, Kind: db.KindTopup, Amount: amount, DedupeKey: "stripe:evt_fund_" + account}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func adjustment(account, key string, amount int64) db.Posting {
 	return db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, Description: "bench", DedupeKey: key, NoOverdraw: true}
 }
@@ -49,10 +58,7 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	const acct = "acct_hot"
-	createAccount(t, pool, acct)
-	if _, err := post(t, pool, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 1000, DedupeKey: "stripe:evt_seed"}); err != nil {
-		t.Fatal(err)
-	}
+	fundedAccount(t, pool, acct, 1000)
 	prior, err := post(t, pool, adjustment(acct, "api:acct_hot:prior", 50))
 	if err != nil {
 		t.Fatal(err)
@@ -283,10 +289,7 @@ func TestGroupBalanceUpdateHoldsNoOverdrawInSQL(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	const acct = "acct_sql_rule"
-	createAccount(t, pool, acct)
-	if _, err := post(t, pool, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "stripe:evt_fund"}); err != nil {
-		t.Fatal(err)
-	}
+	fundedAccount(t, pool, acct, 100)
 	update := func(postings ...db.Posting) error {
 		return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
 			return db.InsertGroupAsAdmitted(context.Background(), tx, postings)
@@ -352,5 +355,113 @@ func TestPosterGroupSumsAreChecked(t *testing.T) {
 	// Alone, the statement's own overflow is the same answer.
 	if _, err := post(t, pool, adjustment(acct, "api:acct_near_max:alone", 10)); !errors.Is(err, db.ErrOutOfRange) {
 		t.Fatalf("a lone credit beyond a bigint = %v, want ErrOutOfRange", err)
+	}
+}
+
+// A group planned on the balance the account's previous group left inserts only if the locked balance
+// is still that one (LedgerInsertGroup's start_balance); otherwise it is planned again on the locked
+// row, in the same transaction, and answers as if it had been planned there from the start.
+func TestPosterGroupPlannedOnTheLastBalance(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_hot"
+	fundedAccount(t, pool, acct, 1000)
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	ctx := context.Background()
+	credits := func(name string, n int, amount int64) []db.Posting {
+		var ps []db.Posting
+		for i := range n {
+			ps = append(ps, adjustment(acct, fmt.Sprintf("api:%s:%s%d", acct, name, i), amount))
+		}
+		return ps
+	}
+	// check runs postings as a group planned on plannedOn and wants every one posted, chained from the
+	// balance the account really had, in one transaction.
+	check := func(name string, plannedOn int64, postings []db.Posting) {
+		t.Helper()
+		start := balance(t, pool, acct)
+		outs, errs, left, err := db.PostGroupPlannedOn(ctx, poster, postings, plannedOn)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		running := start
+		for i, o := range outs {
+			running += postings[i].Amount
+			if errs[i] != nil || !o.Posted || o.Balance != running || o.Entry.BalanceAfter != running {
+				t.Fatalf("%s: member %d = %+v, %v; want posted leaving %d", name, i, o, errs[i], running)
+			}
+		}
+		if left != running || balance(t, pool, acct) != running {
+			t.Fatalf("%s: the group left %d, the account holds %d; want %d", name, left, balance(t, pool, acct), running)
+		}
+		if n := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM ledger WHERE dedupe_key LIKE $1`, "api:"+acct+":"+name+"%"); n != 1 {
+			t.Fatalf("%s: the group committed in %d transactions, want one", name, n)
+		}
+	}
+
+	check("same", 1000, credits("same", 3, 10))
+	// Another path credited the account since: the premise is wrong, the group is planned again.
+	check("below", 900, credits("below", 3, 10))
+	check("above", 5000, credits("above", 3, 10))
+
+	// Planned on 2000, three debits of 500 all fit; on the real 1090 only two do. The third is
+	// refused, as its own transaction would refuse it, and the other two commit together.
+	debits := credits("debit", 3, -500)
+	outs, errs, left, err := db.PostGroupPlannedOn(ctx, poster, debits, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], db.ErrInsufficientBalance) || outs[2].Posted {
+		t.Fatalf("debits planned on a higher balance = %v; want two posted and the third ErrInsufficientBalance", errs)
+	}
+	if left != 90 || balance(t, pool, acct) != 90 {
+		t.Fatalf("after the debits the group left %d, the account holds %d; want 90", left, balance(t, pool, acct))
+	}
+
+	// A missing account is found by the lock, as without a planned balance: each member posts alone.
+	if _, _, _, err := db.PostGroupPlannedOn(ctx, poster, []db.Posting{adjustment("acct_none", "k1", 1), adjustment("acct_none", "k2", 1)}, 0); !errors.Is(err, db.ErrPostAlone) {
+		t.Fatalf("a group of a missing account = %v, want it posted member by member", err)
+	}
+}
+
+// The Poster remembers the balance each group left while the account stays busy: a posting by another
+// path between two groups moves it, and the next group still posts exactly, in one transaction.
+func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	const acct = "acct_hot"
+	fundedAccount(t, pool, acct, 100)
+	// The drain lingers a window after each group, so a burst right after the other path's posting
+	// is planned on the balance the first burst left.
+	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow})
+	burst := func(name string, n int, amount int64) ([]db.Posted, []error) {
+		var ps []db.Posting
+		for i := range n {
+			ps = append(ps, adjustment(acct, fmt.Sprintf("api:%s:%s%d", acct, name, i), amount))
+		}
+		return postAllAtOnce(poster, ps)
+	}
+	if _, errs := burst("first", 8, 10); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	// 180 → 30: the next burst's four debits of 20 all fit the remembered 180, one fits the real 30.
+	if _, err := post(t, pool, adjustment(acct, "api:acct_hot:elsewhere", -150)); err != nil {
+		t.Fatal(err)
+	}
+	outs, errs := burst("second", 4, -20)
+	var posted int
+	for i, err := range errs {
+		switch {
+		case err == nil && outs[i].Posted:
+			posted++
+		case !errors.Is(err, db.ErrInsufficientBalance):
+			t.Fatalf("debit %d = %+v, %v; want posted or ErrInsufficientBalance", i, outs[i], err)
+		}
+	}
+	if posted != 1 || balance(t, pool, acct) != 10 {
+		t.Fatalf("%d of the debits posted, balance %d; want 1 and 10", posted, balance(t, pool, acct))
+	}
+	if got := count(t, pool, `SELECT count(*) FROM accounts a WHERE a.balance <> (SELECT sum(amount) FROM ledger l WHERE l.account_id = a.id)`); got != 0 {
+		t.Fatalf("%d accounts whose cached balance is not the sum of their entries", got)
 	}
 }

@@ -65,29 +65,37 @@ FROM ledger
 WHERE dedupe_key = ANY(@dedupe_keys::text[]);
 
 -- name: LedgerInsertGroup :many
--- Appends a posting group's admitted entries to one account in one statement, on the row the group
--- locked (AccountsLockForGroup); the arrays are read in lockstep, one element per entry (an empty dedupe
--- key or payment intent means none). Entries are numbered last_seq + 1, + 2, ... in array order, each
--- with balance_after = balance + the running sum, and ledger_chain moves the account. The no-overdraw
--- rule is held here, not only by the group's plan: nothing is inserted (no row returned) if the running
--- balance after an entry flagged no_overdraw would be below zero. ledger_dedupe_idx still holds: a key
--- posted meanwhile inserts nothing and returns no row for it; a skipped entry before the last leaves a
--- hole, which ledger_chain refuses (check_violation), so a group never leaves a wrong chain.
--- ledger_kind_sign_check fails the whole statement; a balance beyond a bigint fails with
--- numeric_value_out_of_range.
-WITH steps AS (
+-- Appends a posting group's admitted entries to one account in one statement; the arrays are read in
+-- lockstep, one element per entry (an empty dedupe key or payment intent means none). The group was
+-- planned on start_balance (its admissions depend on it), so the statement locks the account row
+-- itself (FOR NO KEY UPDATE; a row AccountsLockForGroup locked already stays locked) and inserts
+-- nothing, returning no row, unless the balance is still start_balance once locked: a group planned
+-- on the balance its previous group left runs here without a lock statement of its own, and a balance
+-- moved meanwhile (another process, another path) is found here, not posted over. Entries are
+-- numbered last_seq + 1, + 2, ... in array order, each with balance_after = balance + the running sum,
+-- and ledger_chain moves the account. The no-overdraw rule is held here, not only by the group's plan:
+-- nothing is inserted (no row returned) if the running balance after an entry flagged no_overdraw
+-- would be below zero. ledger_dedupe_idx still holds: a key posted meanwhile inserts nothing and
+-- returns no row for it; a skipped entry before the last leaves a hole, which ledger_chain refuses
+-- (check_violation), so a group never leaves a wrong chain. ledger_kind_sign_check fails the whole
+-- statement; a balance beyond a bigint fails with numeric_value_out_of_range.
+WITH locked AS MATERIALIZED (
+    SELECT a.id, a.last_seq, a.balance
+    FROM accounts a
+    WHERE a.id = @account_id AND a.balance = @start_balance::bigint
+    FOR NO KEY UPDATE
+), steps AS (
     SELECT a.id AS account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.no_overdraw,
            e.k, a.last_seq + e.k AS seq,
            a.balance + sum(e.amount::numeric) OVER (ORDER BY e.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
                AS balance_after
-    FROM accounts a
+    FROM locked a
     CROSS JOIN (
         SELECT i AS k, (@kinds::text[])[i] AS kind, (@amounts::bigint[])[i] AS amount,
                (@descriptions::text[])[i] AS description, (@dedupe_keys::text[])[i] AS dedupe_key,
                (@payment_intents::text[])[i] AS payment_intent, (@no_overdraw::boolean[])[i] AS no_overdraw
         FROM generate_subscripts(@amounts::bigint[], 1) AS i
     ) e
-    WHERE a.id = @account_id
 )
 INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
 SELECT account_id, kind, amount, description, nullif(dedupe_key, ''), nullif(payment_intent, ''), seq,

@@ -306,19 +306,23 @@ func (q *Queries) LedgerInsertCredits(ctx context.Context, arg LedgerInsertCredi
 }
 
 const ledgerInsertGroup = `-- name: LedgerInsertGroup :many
-WITH steps AS (
+WITH locked AS MATERIALIZED (
+    SELECT a.id, a.last_seq, a.balance
+    FROM accounts a
+    WHERE a.id = $1 AND a.balance = $2::bigint
+    FOR NO KEY UPDATE
+), steps AS (
     SELECT a.id AS account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.no_overdraw,
            e.k, a.last_seq + e.k AS seq,
            a.balance + sum(e.amount::numeric) OVER (ORDER BY e.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
                AS balance_after
-    FROM accounts a
+    FROM locked a
     CROSS JOIN (
-        SELECT i AS k, ($1::text[])[i] AS kind, ($2::bigint[])[i] AS amount,
-               ($3::text[])[i] AS description, ($4::text[])[i] AS dedupe_key,
-               ($5::text[])[i] AS payment_intent, ($6::boolean[])[i] AS no_overdraw
-        FROM generate_subscripts($2::bigint[], 1) AS i
+        SELECT i AS k, ($3::text[])[i] AS kind, ($4::bigint[])[i] AS amount,
+               ($5::text[])[i] AS description, ($6::text[])[i] AS dedupe_key,
+               ($7::text[])[i] AS payment_intent, ($8::boolean[])[i] AS no_overdraw
+        FROM generate_subscripts($4::bigint[], 1) AS i
     ) e
-    WHERE a.id = $7
 )
 INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
 SELECT account_id, kind, amount, description, nullif(dedupe_key, ''), nullif(payment_intent, ''), seq,
@@ -331,13 +335,14 @@ RETURNING id, dedupe_key, seq, balance_after, created_at
 `
 
 type LedgerInsertGroupParams struct {
+	AccountID      string
+	StartBalance   int64
 	Kinds          []string
 	Amounts        []int64
 	Descriptions   []string
 	DedupeKeys     []string
 	PaymentIntents []string
 	NoOverdraw     []bool
-	AccountID      string
 }
 
 type LedgerInsertGroupRow struct {
@@ -348,25 +353,30 @@ type LedgerInsertGroupRow struct {
 	CreatedAt    time.Time
 }
 
-// Appends a posting group's admitted entries to one account in one statement, on the row the group
-// locked (AccountsLockForGroup); the arrays are read in lockstep, one element per entry (an empty dedupe
-// key or payment intent means none). Entries are numbered last_seq + 1, + 2, ... in array order, each
-// with balance_after = balance + the running sum, and ledger_chain moves the account. The no-overdraw
-// rule is held here, not only by the group's plan: nothing is inserted (no row returned) if the running
-// balance after an entry flagged no_overdraw would be below zero. ledger_dedupe_idx still holds: a key
-// posted meanwhile inserts nothing and returns no row for it; a skipped entry before the last leaves a
-// hole, which ledger_chain refuses (check_violation), so a group never leaves a wrong chain.
-// ledger_kind_sign_check fails the whole statement; a balance beyond a bigint fails with
-// numeric_value_out_of_range.
+// Appends a posting group's admitted entries to one account in one statement; the arrays are read in
+// lockstep, one element per entry (an empty dedupe key or payment intent means none). The group was
+// planned on start_balance (its admissions depend on it), so the statement locks the account row
+// itself (FOR NO KEY UPDATE; a row AccountsLockForGroup locked already stays locked) and inserts
+// nothing, returning no row, unless the balance is still start_balance once locked: a group planned
+// on the balance its previous group left runs here without a lock statement of its own, and a balance
+// moved meanwhile (another process, another path) is found here, not posted over. Entries are
+// numbered last_seq + 1, + 2, ... in array order, each with balance_after = balance + the running sum,
+// and ledger_chain moves the account. The no-overdraw rule is held here, not only by the group's plan:
+// nothing is inserted (no row returned) if the running balance after an entry flagged no_overdraw
+// would be below zero. ledger_dedupe_idx still holds: a key posted meanwhile inserts nothing and
+// returns no row for it; a skipped entry before the last leaves a hole, which ledger_chain refuses
+// (check_violation), so a group never leaves a wrong chain. ledger_kind_sign_check fails the whole
+// statement; a balance beyond a bigint fails with numeric_value_out_of_range.
 func (q *Queries) LedgerInsertGroup(ctx context.Context, arg LedgerInsertGroupParams) ([]LedgerInsertGroupRow, error) {
 	rows, err := q.db.Query(ctx, ledgerInsertGroup,
+		arg.AccountID,
+		arg.StartBalance,
 		arg.Kinds,
 		arg.Amounts,
 		arg.Descriptions,
 		arg.DedupeKeys,
 		arg.PaymentIntents,
 		arg.NoOverdraw,
-		arg.AccountID,
 	)
 	if err != nil {
 		return nil, err
