@@ -20,9 +20,10 @@ import (
 // ONE transaction: one set-based insert under ledger_dedupe_idx that locks the account row, numbers
 // the entries and carries their balance_after, the balance moved by ledger_chain. While an account is
 // busy, each group is planned on the balance its previous group left, and its insert (which inserts
-// only if the locked balance is still that) is sent with BEGIN: two round trips with COMMIT. The
-// first group of a busy spell, or one whose balance moved meanwhile, locks the row and reads the
-// balance first.
+// only if the locked balance is still that) is sent with BEGIN: two round trips with COMMIT. A group
+// without such a balance (the first of a busy spell, or one after a group that failed or posted alone)
+// locks the row and reads the balance first; one whose insert found the balance moved (another path or
+// process posted meanwhile) locks it then, and is planned again in the same transaction.
 //
 // To each caller, Post is exactly one InTx + Ledger.Post: an exact replay is Posted=false with the
 // original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
@@ -40,7 +41,8 @@ import (
 // each gets the answer its own transaction would have given.
 //
 // Grouping is per process: postings of one account through two processes still serialise on the row
-// lock, each group as one transaction, which is correct and only slower.
+// lock, each group as one transaction, which is correct and only slower (each process's groups also find
+// the balance moved by the other's, and cost a round trip more).
 type Poster struct {
 	pool   *Pool
 	ledger Ledger
@@ -179,14 +181,15 @@ func lostLockRace(err error) bool {
 
 // postGroup runs one group in one transaction and returns each member's outcome, in group order, and
 // the balance the group left. With from known, the group is planned on that balance and its insert is
-// sent with BEGIN, in one round trip; the insert returns no row when the balance is no longer from (or
-// when every key it meant to insert was taken), and the group is then planned on the locked row, as
-// without from: BEGIN and the lock in one round trip, then the insert. With readKeys, the entries
+// sent with BEGIN, in one round trip; when the insert returns no row (the balance is no longer from,
+// the account is gone, or every key it meant to insert was taken), the row is locked and the group
+// planned again in the same transaction. Without from, BEGIN and the lock go in one round trip, then
+// the plan and the insert. With readKeys, the entries
 // already posted under the group's keys are read first, so that replays and conflicts are planned as
 // such; without, every key is assumed new and a taken one (found by the insert, which then returns no
 // row for it) rolls the group back with errRegroup. Skipping the read keeps the common case at one
 // statement per step, and its plan safe on a ledger without statistics.
-func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) (outcomes []outcome, balance int64, err error) {
+func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, error) {
 	account := group[0].req.AccountID
 	// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
 	if citus, err := onCitus(ctx, s.pool); err != nil || citus {
@@ -219,15 +222,18 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	if err != nil {
 		return nil, 0, err
 	}
+	committing := false
 	defer func() {
-		if endErr := endPipelined(ctx, tx, err == nil); err == nil {
-			err = endErr
+		// Every way out but the commit below rolls back, a panic included.
+		if !committing {
+			_ = endPipelined(ctx, tx, false)
 		}
 	}()
 	q := dbsqlc.New(tx)
 
 	if onLast && stmtErr == nil && len(rows) == 0 {
-		// The balance moved since the previous group (or the account is gone): plan on the locked row.
+		// The balance moved since the previous group, the account is gone, or every key was taken
+		// meanwhile (the insert on the locked row then finds that, as without a remembered balance).
 		onLast = false
 		start, stmtErr = q.AccountsLockForGroup(ctx, account)
 	}
@@ -238,21 +244,8 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		if stmtErr != nil {
 			return nil, 0, fmt.Errorf("lock account %s: %w", account, stmtErr)
 		}
-		stored := map[string]Entry{}
-		if readKeys {
-			if stored, err = storedEntries(ctx, q, groupKeys(group)); err != nil {
-				return nil, 0, err
-			}
-		}
-		plan = planGroup(group, start, stored)
-		if keys := plan.refusedKeys(group); !readKeys && len(keys) > 0 {
-			// A refusal is final only for a key never posted: a retry of a posted debit is a replay
-			// (or a conflict), whatever the balance is now. Refused members move nothing, so reading
-			// their keys and planning again changes nothing for the others but their duplicates.
-			if stored, err = storedEntries(ctx, q, keys); err != nil {
-				return nil, 0, err
-			}
-			plan = planGroup(group, start, stored)
+		if plan, err = planLocked(ctx, q, group, readKeys, start); err != nil {
+			return nil, 0, err
 		}
 		rows, stmtErr = nil, nil
 		if len(plan.insert) > 0 {
@@ -267,7 +260,7 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		return nil, 0, fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, inserted[n-1].BalanceAfter, plan.balance)
 	}
 
-	outcomes = plan.outcomes
+	outcomes := plan.outcomes
 	posted := make([]Posted, len(plan.insert))
 	for k, i := range plan.insert {
 		outcomes[i] = outcome{ans: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
@@ -276,7 +269,37 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	for i, first := range plan.duplicateOf {
 		outcomes[i] = settled(replayOrConflict(outcomes[first].ans.Entry, group[i].req))
 	}
-	return outcomes, plan.balance, s.ledger.Posted(ctx, tx, posted)
+	if err := s.ledger.Posted(ctx, tx, posted); err != nil {
+		return nil, 0, err
+	}
+	committing = true
+	if err := endPipelined(ctx, tx, true); err != nil {
+		return nil, 0, err
+	}
+	return outcomes, plan.balance, nil
+}
+
+// planLocked plans the group on start, the balance of the row its transaction locked. With readKeys, the
+// entries already posted under the group's keys are read first.
+func planLocked(ctx context.Context, q *dbsqlc.Queries, group []*member, readKeys bool, start int64) (groupPlan, error) {
+	stored := map[string]Entry{}
+	var err error
+	if readKeys {
+		if stored, err = storedEntries(ctx, q, groupKeys(group)); err != nil {
+			return groupPlan{}, err
+		}
+	}
+	plan := planGroup(group, start, stored)
+	if keys := plan.refusedKeys(group); !readKeys && len(keys) > 0 {
+		// A refusal is final only for a key never posted: a retry of a posted debit is a replay (or a
+		// conflict), whatever the balance is now. Refused members move nothing, so reading their keys
+		// and planning again changes nothing for the others but their duplicates.
+		if stored, err = storedEntries(ctx, q, keys); err != nil {
+			return groupPlan{}, err
+		}
+		plan = planGroup(group, start, stored)
+	}
+	return plan, nil
 }
 
 // groupKeys returns the group's dedupe keys.

@@ -69,9 +69,11 @@ WHERE dedupe_key = ANY(@dedupe_keys::text[]);
 -- lockstep, one element per entry (an empty dedupe key or payment intent means none). The group was
 -- planned on start_balance (its admissions depend on it), so the statement locks the account row
 -- itself (FOR NO KEY UPDATE; a row AccountsLockForGroup locked already stays locked) and inserts
--- nothing, returning no row, unless the balance is still start_balance once locked: a group planned
--- on the balance its previous group left runs here without a lock statement of its own, and a balance
--- moved meanwhile (another process, another path) is found here, not posted over. Entries are
+-- nothing, returning no row, unless the balance is still start_balance: after waiting for another
+-- transaction's lock, the balance is checked again on the row as that transaction left it, and a row
+-- with another balance is neither used nor locked. A group planned on the balance its previous group
+-- left runs here without a lock statement of its own, and a balance moved meanwhile (another process,
+-- another path) is found here, not posted over; the caller then locks the row and plans again. Entries are
 -- numbered last_seq + 1, + 2, ... in array order, each with balance_after = balance + the running sum,
 -- and ledger_chain moves the account. The no-overdraw rule is held here, not only by the group's plan:
 -- nothing is inserted (no row returned) if the running balance after an entry flagged no_overdraw
