@@ -50,11 +50,14 @@ func waitStatus(t *testing.T, url string, want int, within time.Duration) {
 
 var poolGauge = regexp.MustCompile(`(?m)^onceledger_db_pool_connections\{state="(\w+)"\} (\d+)$`)
 
-// poolConnections reads the pool's open connections from /metrics.
-func poolConnections(t *testing.T, base string) int {
+// poolConnections reads the pool's connections in state (every state when empty) from /metrics.
+func poolConnections(t *testing.T, base, state string) int {
 	t.Helper()
 	total := 0
 	for _, m := range poolGauge.FindAllStringSubmatch(scrape(t, base), -1) {
+		if state != "" && m[1] != state {
+			continue
+		}
 		n, _ := strconv.Atoi(m[2])
 		total += n
 	}
@@ -110,7 +113,7 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	if written != 0 {
 		t.Fatalf("%d rows written by deliveries answered 503", written)
 	}
-	if n := poolConnections(t, base); n > 4 {
+	if n := poolConnections(t, base, ""); n > 4 {
 		t.Fatalf("pool holds %d connections during the outage: failed attempts leak", n)
 	}
 
@@ -132,8 +135,18 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	if got := sumSamples(metrics, `onceledger_webhook_deliveries_total\{outcome="failed",reason="",type="checkout.session.completed"\}`); got != 10 {
 		t.Errorf("failed deliveries counted %d, want the 10 answered 503", got)
 	}
-	if n := poolConnections(t, base); n > 4 {
-		t.Errorf("pool holds %d connections after recovery, for sequential requests", n)
+	// Idle connections after recovery are the pool's to keep: River's services reconnect together when
+	// the database returns, and on a busy machine the pool opens a few at once for them. A connection a
+	// failed or recovered path leaked would stay acquired.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		acquired := poolConnections(t, base, "acquired")
+		if acquired <= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("pool holds %d connections acquired after recovery, for sequential requests", acquired)
+			break
+		}
 	}
 	waitGoroutines(t, before)
 }
