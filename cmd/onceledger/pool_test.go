@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db/dbtest"
@@ -57,9 +58,12 @@ func TestPprofListenerIsOptIn(t *testing.T) {
 	url := dbtest.URL(t)
 	stdout := &output{}
 	base := startServeWithOutput(t, map[string]string{"DATABASE_URL": url, "PPROF_ADDR": "127.0.0.1:0"}, stdout)
-	m := pprofListening.FindStringSubmatch(stdout.String())
-	if m == nil {
-		t.Fatalf("serve with PPROF_ADDR printed no pprof listener:\n%s", stdout)
+	// serve announces the profiling listener just after the API's, which startServe waited for.
+	var m []string
+	for deadline := time.Now().Add(5 * time.Second); m == nil; time.Sleep(10 * time.Millisecond) {
+		if m = pprofListening.FindStringSubmatch(stdout.String()); m == nil && time.Now().After(deadline) {
+			t.Fatalf("serve with PPROF_ADDR printed no pprof listener:\n%s", stdout)
+		}
 	}
 	resp, err := http.Get(m[1] + "goroutine?debug=1")
 	if err != nil {
