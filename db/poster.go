@@ -184,11 +184,11 @@ func lostLockRace(err error) bool {
 // sent with BEGIN, in one round trip; when the insert returns no row (the balance is no longer from,
 // the account is gone, or every key it meant to insert was taken), the row is locked and the group
 // planned again in the same transaction. Without from, BEGIN and the lock go in one round trip, then
-// the plan and the insert. With readKeys, the entries
-// already posted under the group's keys are read first, so that replays and conflicts are planned as
-// such; without, every key is assumed new and a taken one (found by the insert, which then returns no
-// row for it) rolls the group back with errRegroup. Skipping the read keeps the common case at one
-// statement per step, and its plan safe on a ledger without statistics.
+// the plan and the insert. With readKeys, the entries already posted under the group's keys are read
+// first, so that replays and conflicts are planned as such; without, every key is assumed new and a
+// taken one (found by the insert, which then returns no row for it) rolls the group back with
+// errRegroup. Skipping the read keeps the common case at one statement per step, and its plan safe on
+// a ledger without statistics.
 func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, error) {
 	account := group[0].req.AccountID
 	// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
