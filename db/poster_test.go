@@ -47,6 +47,13 @@ func fundedAccount(t *testing.T, pool *db.Pool, account string, amount int64) {
 	}
 }
 
+// transactions counts the transactions that committed account's entries keyed api:{account}:{name}…:
+// entries of one transaction share its xmin.
+func transactions(t *testing.T, pool *db.Pool, account, name string) int {
+	t.Helper()
+	return count(t, pool, `SELECT count(DISTINCT xmin::text) FROM ledger WHERE dedupe_key LIKE $1`, "api:"+account+":"+name+"%")
+}
+
 func adjustment(account, key string, amount int64) db.Posting {
 	return db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, Description: "bench", DedupeKey: key, NoOverdraw: true}
 }
@@ -394,7 +401,7 @@ func TestPosterGroupPlannedOnTheLastBalance(t *testing.T) {
 		if left != running || balance(t, pool, acct) != running {
 			t.Fatalf("%s: the group left %d, the account holds %d; want %d", name, left, balance(t, pool, acct), running)
 		}
-		if n := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM ledger WHERE dedupe_key LIKE $1`, "api:"+acct+":"+name+"%"); n != 1 {
+		if n := transactions(t, pool, acct, name); n != 1 {
 			t.Fatalf("%s: the group committed in %d transactions, want one", name, n)
 		}
 	}
@@ -475,7 +482,7 @@ func TestPosterGroupPlannedOnABalanceMovedWhileItWaits(t *testing.T) {
 		if r.err != nil || errors.Join(r.errs...) != nil || r.left != want || balance(t, pool, acct) != want {
 			t.Fatalf("%s: group = %v %v, left %d, balance %d; want every member posted, leaving %d", tc.name, r.err, r.errs, r.left, balance(t, pool, acct), want)
 		}
-		if n := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM ledger WHERE dedupe_key LIKE $1`, "api:"+acct+":"+tc.name+"%"); n != 1 {
+		if n := transactions(t, pool, acct, tc.name); n != 1 {
 			t.Fatalf("%s: the group committed in %d transactions, want one", tc.name, n)
 		}
 	}
@@ -501,7 +508,7 @@ func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("%s burst: %v", name, err)
 		}
-		if n := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM ledger WHERE dedupe_key LIKE $1`, "api:"+acct+":"+name+"%"); n != 1 {
+		if n := transactions(t, pool, acct, name); n != 1 {
 			t.Fatalf("the %s burst committed in %d transactions, want one", name, n)
 		}
 		return outs
