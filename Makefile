@@ -53,12 +53,12 @@ chromium: ## install Chromium for the console's browser tests when it is missing
 	  fi; }
 
 screenshots: chromium ## retake the console's screenshots into docs/console/ (the browser test, CONSOLE_SCREENSHOTS=1)
-	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./console
+	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./internal/console
 
 verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body, JSON decoding and the id formats
 	$(SQLC) diff
 	go vet ./...
-	go vet -tags citus ./scaleout
+	go vet -tags citus ./internal/scaleout
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
 	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
 	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
@@ -90,7 +90,7 @@ citus-down: ## stop the local Citus cluster
 	go run ./cmd/citus-cluster down
 
 test-citus: $(GOTESTSUM) citus-build ## the exactly-once suite against a local Citus cluster, then verify (fails, never skips, without Citus)
-	$(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -race -count=1 -timeout 20m ./scaleout
+	$(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -race -count=1 -timeout 20m ./internal/scaleout
 
 # BenchmarkBilling, BenchmarkBillingHolds and BenchmarkReread are in the table already (onceledger-bench runs them); the rest run after it.
 bench: build ## the server next to direct-SQL baselines (one table), then every testing.B benchmark; QUICK=1 for a smoke run

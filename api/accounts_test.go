@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onceledger/onceledger/config"
+	"github.com/onceledger/onceledger/internal/config"
 )
 
 func TestPutAccountCreatesOnceAndGrantsOnce(t *testing.T) {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/stripe/stripe-go/v79/client"
 
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/metrics"
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/config"
+	"github.com/onceledger/onceledger/internal/metrics"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // Deps is what the handlers need; the binary builds each of them once and hands them in.

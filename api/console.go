@@ -3,7 +3,7 @@ package api
 import (
 	"net/http"
 
-	"github.com/onceledger/onceledger/console"
+	"github.com/onceledger/onceledger/internal/console"
 )
 
 // handleConsole serves the operator console (package console) under /console: HTML for people,

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // errorBody is every error on the wire: {"ok":false,"error":{"code":"snake_case","message":"…"}}.

@@ -5,9 +5,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/config"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // WiredDeps wires the handlers on pool as the binary does by default: one Stripe client from cfg (nil

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/config"
 )
 
 // FuzzWebhookBody drives the whole webhook with arbitrary bodies, signed (as if Stripe sent them, to

@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
-	"github.com/onceledger/onceledger/metrics"
+	"github.com/onceledger/onceledger/internal/config"
+	"github.com/onceledger/onceledger/internal/metrics"
 )
 
 // Every way a delivery is refused before it is applied is counted as rejected, with its reason.

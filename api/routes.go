@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/onceledger/onceledger/metrics"
+	"github.com/onceledger/onceledger/internal/metrics"
 )
 
 // routes is the one place that lists every route.

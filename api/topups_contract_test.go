@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/onceledger/onceledger/config"
+	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/stripefake"
 )
 

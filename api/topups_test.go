@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/stripefake"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79/webhook"
 
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // maxWebhookBody is the largest Stripe event accepted; Stripe's are far smaller.

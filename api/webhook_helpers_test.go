@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/config"
+	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/stripefake"
-	"github.com/onceledger/onceledger/metrics"
 )
 
 const (

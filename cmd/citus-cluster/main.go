@@ -12,7 +12,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/onceledger/onceledger/pglocal"
+	"github.com/onceledger/onceledger/internal/pglocal"
 )
 
 func main() {

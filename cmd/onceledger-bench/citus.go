@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/onceledger/onceledger/reconcile"
+	"github.com/onceledger/onceledger/internal/reconcile"
 )
 
 // billingCluster measures, on the Citus cluster (-citus), one first billing pass of the reconciler over

@@ -28,7 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/pglocal"
+	"github.com/onceledger/onceledger/internal/pglocal"
 )
 
 func main() {
@@ -326,7 +326,7 @@ const lotsBenchmark = "^BenchmarkBillingLots$"
 
 var billingLine = regexp.MustCompile(`^Benchmark(Billing|BillingHolds|BillingLots|Reread)/accounts=(\d+)/(reconciler|baseline|lots=\d+|debt)\S*\s.*?([0-9.e+]+) decisions/s`)
 
-// billing runs the reconciler's benchmarks billingSamples times (`go test` in reconcile/) and turns the
+// billing runs the reconciler's benchmarks billingSamples times (`go test` in internal/reconcile/) and turns the
 // median of each rate into a row of the table, each reconciler row next to its baseline.
 func (b *bench) billing(ctx context.Context) {
 	if b.o.citus {
@@ -347,7 +347,7 @@ func (b *bench) billing(ctx context.Context) {
 		samples int
 	}{{billingBenchmark, billingSamples}, {lotsBenchmark, 1}} {
 		cmd := exec.CommandContext(ctx, "go", "test", "-count", strconv.Itoa(run.samples), "-run", "^$",
-			"-bench", run.bench, "-benchtime", "1x", "./reconcile")
+			"-bench", run.bench, "-benchtime", "1x", "./internal/reconcile")
 		o, err := cmd.CombinedOutput()
 		if err != nil {
 			b.rows = append(b.rows, row{result: result{workload: "billing", errors: 1, firstErr: clip(string(o), 400)}})
@@ -367,7 +367,7 @@ func (b *bench) billing(ctx context.Context) {
 	median := func(workload, key string) result {
 		r := result{workload: workload, concurrency: 1, rate: medianOf(samples[key])}
 		if r.rate == 0 {
-			r.errors, r.firstErr = 1, "no decisions/s for "+key+" in the output of go test -bench in ./reconcile"
+			r.errors, r.firstErr = 1, "no decisions/s for "+key+" in the output of go test -bench in ./internal/reconcile"
 		}
 		return r
 	}

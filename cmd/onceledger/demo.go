@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/pglocal"
 	"github.com/onceledger/onceledger/internal/stripefake"
-	"github.com/onceledger/onceledger/pglocal"
 )
 
 // The self-contained demo's own secrets: it is both Stripe and the product, talking to a server it

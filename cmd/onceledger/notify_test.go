@@ -15,7 +15,7 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
-	"github.com/onceledger/onceledger/notify"
+	"github.com/onceledger/onceledger/internal/notify"
 )
 
 // A posting committed while serve is down is delivered, signed, once serve starts with NOTIFY_URL.

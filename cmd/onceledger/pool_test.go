@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/config"
 )
 
 // pool_* parameters in DATABASE_URL are the pool's, never PostgreSQL's: migrate goes down and up with

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onceledger/onceledger/reconcile"
+	"github.com/onceledger/onceledger/internal/reconcile"
 )
 
 // reconcileCmd is `onceledger reconcile [--once]`: one pass, or a pass every RECONCILE_INTERVAL until

@@ -13,8 +13,8 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 	"github.com/onceledger/onceledger/internal/stripefake"
-	"github.com/onceledger/onceledger/stripeevents"
 )
 
 // databaseWithAccount returns a fresh database holding one account, and a pool for the test's own

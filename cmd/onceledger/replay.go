@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // replay re-applies stored Stripe events through the webhook's own code path (parked ones after their

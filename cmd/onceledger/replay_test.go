@@ -11,7 +11,7 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // A top-up parked because its account did not exist is applied by `replay` once the account exists,

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/onceledger/onceledger/db/dbtest"
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // A parked event fails verify once older than --parked-after, until an operator reviews it; review

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/onceledger/onceledger/config"
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/pglocal"
+	"github.com/onceledger/onceledger/internal/config"
+	"github.com/onceledger/onceledger/internal/pglocal"
 )
 
 // version is set at build time (-ldflags "-X main.version=…").

@@ -11,8 +11,8 @@ import (
 
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/metrics"
-	"github.com/onceledger/onceledger/reconcile"
+	"github.com/onceledger/onceledger/internal/metrics"
+	"github.com/onceledger/onceledger/internal/reconcile"
 )
 
 // serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, and the notification worker

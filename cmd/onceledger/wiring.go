@@ -8,9 +8,9 @@ import (
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/notify"
-	"github.com/onceledger/onceledger/recharge"
-	"github.com/onceledger/onceledger/stripeevents"
+	"github.com/onceledger/onceledger/internal/notify"
+	"github.com/onceledger/onceledger/internal/recharge"
+	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // notifyStopTimeout bounds how long shutdown waits for deliveries and re-applications in flight; those

@@ -22,7 +22,7 @@ import (
 	"github.com/peterldowns/pgtestdb"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/pglocal"
+	"github.com/onceledger/onceledger/internal/pglocal"
 	"github.com/onceledger/onceledger/sql/migrations"
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 
+	"github.com/onceledger/onceledger/internal/stripeevents"
 	"github.com/onceledger/onceledger/internal/stripefake"
-	"github.com/onceledger/onceledger/stripeevents"
 )
 
 // start returns a stand-in, stopped when the test ends, and the service's own Stripe client for it.

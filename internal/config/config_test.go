@@ -1,0 +1,98 @@
+package config_test
+
+import (
+	"testing"
+
+	"github.com/onceledger/onceledger/internal/config"
+)
+
+// The deployment's Stripe mode comes from the key's prefix or STRIPE_LIVEMODE; a contradiction
+// refuses to start.
+func TestLivemode(t *testing.T) {
+	t.Parallel()
+	live, test := true, false
+	cases := []struct {
+		key, setting string
+		want         *bool
+		wantErr      bool
+	}{
+		{"sk_live_x", "", &live, false},
+		{"rk_live_x", "", &live, false},
+		{"sk_test_x", "", &test, false},
+		{"rk_test_x", "", &test, false},
+		{"", "true", &live, false},
+		{"", "false", &test, false},
+		{"sk_test_x", "false", &test, false},
+		{"", "", nil, false},
+		{"sk_other", "", nil, false},
+		{"sk_live_x", "false", nil, true},
+		{"rk_test_x", "true", nil, true},
+		{"", "yes", nil, true},
+	}
+	for _, c := range cases {
+		cfg, err := config.Load(func(k string) string {
+			return map[string]string{"STRIPE_SECRET_KEY": c.key, "STRIPE_LIVEMODE": c.setting}[k]
+		})
+		if (err != nil) != c.wantErr {
+			t.Errorf("key %q, STRIPE_LIVEMODE %q: error %v", c.key, c.setting, err)
+			continue
+		}
+		if c.wantErr {
+			continue
+		}
+		if (cfg.Livemode == nil) != (c.want == nil) || (c.want != nil && *cfg.Livemode != *c.want) {
+			t.Errorf("key %q, STRIPE_LIVEMODE %q: livemode %v, want %v", c.key, c.setting, cfg.Livemode, c.want)
+		}
+	}
+}
+
+// DB_MAX_CONNS is a positive number; unset, the default applies unless DATABASE_URL names
+// pool_max_conns. PPROF_ADDR only listens on loopback.
+func TestDBMaxConnsAndPprofAddr(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		vars      map[string]string
+		wantConns int32
+		wantPprof string
+		wantErr   bool
+	}{
+		{map[string]string{}, config.DefaultDBMaxConns, "", false},
+		{map[string]string{"DB_MAX_CONNS": "40"}, 40, "", false},
+		{map[string]string{"DATABASE_URL": "postgres://h/db?pool_max_conns=3"}, 0, "", false},
+		{map[string]string{"DATABASE_URL": "postgres://h/db?pool_max_conns=3", "DB_MAX_CONNS": "7"}, 7, "", false},
+		{map[string]string{"DB_MAX_CONNS": "0"}, 0, "", true},
+		{map[string]string{"DB_MAX_CONNS": "many"}, 0, "", true},
+		{map[string]string{"PPROF_ADDR": "127.0.0.1:6060"}, config.DefaultDBMaxConns, "127.0.0.1:6060", false},
+		{map[string]string{"PPROF_ADDR": "localhost:6060"}, config.DefaultDBMaxConns, "localhost:6060", false},
+		{map[string]string{"PPROF_ADDR": "[::1]:6060"}, config.DefaultDBMaxConns, "[::1]:6060", false},
+		{map[string]string{"PPROF_ADDR": "0.0.0.0:6060"}, 0, "", true},
+		{map[string]string{"PPROF_ADDR": ":6060"}, 0, "", true},
+		{map[string]string{"PPROF_ADDR": "10.0.0.1:6060"}, 0, "", true},
+	}
+	for _, c := range cases {
+		cfg, err := config.Load(func(k string) string { return c.vars[k] })
+		if (err != nil) != c.wantErr {
+			t.Errorf("%v: error %v", c.vars, err)
+			continue
+		}
+		if !c.wantErr && (cfg.DBMaxConns != c.wantConns || cfg.PprofAddr != c.wantPprof) {
+			t.Errorf("%v: DBMaxConns %d, PprofAddr %q; want %d, %q", c.vars, cfg.DBMaxConns, cfg.PprofAddr, c.wantConns, c.wantPprof)
+		}
+	}
+}
+
+// Webhook group commit is on unless WEBHOOK_GROUP_COMMIT=off; anything else refuses to start.
+func TestWebhookGroupCommit(t *testing.T) {
+	t.Parallel()
+	for setting, want := range map[string]bool{"": true, "on": true, "off": false} {
+		cfg, err := config.Load(func(k string) string { return map[string]string{"WEBHOOK_GROUP_COMMIT": setting}[k] })
+		if err != nil || cfg.WebhookGroupCommit != want {
+			t.Errorf("WEBHOOK_GROUP_COMMIT=%q: %v %v, want %v", setting, cfg.WebhookGroupCommit, err, want)
+		}
+	}
+	for _, setting := range []string{"true", "OFF", "0"} {
+		if _, err := config.Load(func(k string) string { return map[string]string{"WEBHOOK_GROUP_COMMIT": setting}[k] }); err == nil {
+			t.Errorf("WEBHOOK_GROUP_COMMIT=%q was accepted", setting)
+		}
+	}
+}

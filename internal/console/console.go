@@ -1,0 +1,165 @@
+// Package console is the operator console: server-rendered pages under /console/ for what an
+// operator needs in an incident — parked events with a dry-run replay, replay and review; an
+// account's timeline and balance chart; search by account, event, payment or dedupe key.
+//
+// Pages are html/template with the templates and CSS embedded; they need no JavaScript, and the
+// Content-Security-Policy allows no inline script or style. Logging in takes one of the API keys and
+// gives a signed session cookie (session.go); every form carries a CSRF token bound to the session.
+// Data comes through package db, replays and dry runs through stripeevents, the webhook's own code path.
+package console
+
+import (
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/stripeevents"
+)
+
+// Deps is what the console needs; the API's router builds it.
+type Deps struct {
+	// Pool is handed to package db (and to River, for discarded notifications); the console runs no
+	// SQL of its own.
+	Pool *db.Pool
+	// Events replays stored events and dry-runs their replay.
+	Events *stripeevents.Processor
+	Log    *slog.Logger
+	// CheckKey reports, in constant time, whether key is one of the API keys.
+	CheckKey func(key string) bool
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// contentSecurityPolicy: nothing but this origin's stylesheet, and forms that post back to it.
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
+	"frame-ancestors 'none'; base-uri 'none'"
+
+type console struct {
+	Deps
+	sessions sessions
+	pages    map[string]*template.Template
+}
+
+// New returns the console's handler for every path under /console.
+func New(d Deps) http.Handler {
+	c := &console{Deps: d, sessions: newSessions(), pages: parsePages()}
+
+	r := mux.NewRouter()
+	r.NotFoundHandler = c.handle(func(http.ResponseWriter, *http.Request) error { return errNotFound })
+	r.MethodNotAllowedHandler = c.handle(func(http.ResponseWriter, *http.Request) error { return errMethodNotAllowed })
+	r.Handle("/console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+	static, _ := fs.Sub(staticFS, "static")
+	r.PathPrefix("/console/static/").Handler(http.StripPrefix("/console/static/", http.FileServerFS(static))).Methods(http.MethodGet)
+	r.Handle("/console/login", c.handle(c.loginForm)).Methods(http.MethodGet)
+	r.Handle("/console/login", c.handle(c.login)).Methods(http.MethodPost)
+
+	in := r.NewRoute().Subrouter()
+	in.Use(c.requireLogin)
+	in.Handle("/console/logout", c.handle(c.logout)).Methods(http.MethodPost)
+	in.Handle("/console/", c.handle(c.overview)).Methods(http.MethodGet)
+	in.Handle("/console/events", c.handle(c.events)).Methods(http.MethodGet)
+	in.Handle("/console/events/{id}", c.handle(c.event)).Methods(http.MethodGet)
+	in.Handle("/console/events/{id}/dry-run", c.handle(c.dryRun)).Methods(http.MethodPost)
+	in.Handle("/console/events/{id}/replay", c.handle(c.replay)).Methods(http.MethodPost)
+	in.Handle("/console/events/{id}/review", c.handle(c.review)).Methods(http.MethodPost)
+	in.Handle("/console/accounts/{id}", c.handle(c.account)).Methods(http.MethodGet)
+	in.Handle("/console/search", c.handle(c.search)).Methods(http.MethodGet)
+
+	return secureHeaders(c.checkCSRF(r))
+}
+
+// secureHeaders applies to every console response: the CSP, no sniffing, no framing, no caching of
+// pages that show money, no referrer leaving the console.
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// maxForm bounds a form's body: the console's forms hold a token and, at most, a key.
+const maxForm = 16 << 10
+
+// checkCSRF puts the request's session, if any, in its context, and refuses with 403 every POST
+// whose csrf_token is not the one of its session (or that has no session), before any handler runs.
+func (c *console) checkCSRF(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, ok := c.sessions.read(r)
+		if ok {
+			r = r.WithContext(withSession(r.Context(), sess))
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+			if !ok || !c.sessions.validCSRF(sess, r.PostFormValue("csrf_token")) {
+				c.fail(w, r, errForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireLogin sends a visitor without a logged-in session to the login page.
+func (c *console) requireLogin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sess, ok := sessionOf(r); !ok || !sess.authenticated {
+			http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pageError is an error shown to the operator as is, with its status.
+type pageError struct {
+	status  int
+	message string
+}
+
+func (e *pageError) Error() string { return e.message }
+
+var (
+	errNotFound         = &pageError{http.StatusNotFound, "Nothing here."}
+	errMethodNotAllowed = &pageError{http.StatusMethodNotAllowed, "This page does not take that method."}
+	errForbidden        = &pageError{http.StatusForbidden,
+		"This form has expired or did not come from this console. Reload the page and try again."}
+)
+
+// handle runs fn and shows its error, if any, as an error page.
+func (c *console) handle(fn func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			c.fail(w, r, err)
+		}
+	})
+}
+
+// fail shows err: a pageError as it is, db.ErrNotFound as a 404, anything else as a 500 that is
+// logged (its detail is not shown).
+func (c *console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *pageError
+	switch {
+	case errors.As(err, &pe):
+	case errors.Is(err, db.ErrNotFound):
+		pe = &pageError{http.StatusNotFound, err.Error()}
+	default:
+		c.Log.ErrorContext(r.Context(), "console", "method", r.Method, "path", r.URL.Path, "err", err)
+		pe = &pageError{http.StatusInternalServerError, "Something went wrong; the server's log has the detail."}
+	}
+	c.render(w, r, pe.status, "error", &errorPage{frame: c.frame(r, http.StatusText(pe.status)), Message: pe.message})
+}

@@ -1,0 +1,418 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/notify"
+	"github.com/onceledger/onceledger/internal/stripeevents"
+)
+
+// Page sizes: enough for an incident, bounded so that no page is slow.
+const (
+	eventsPerPage    = 50
+	timelineEntries  = 200
+	paymentEntries   = 100
+	waitingAccounts  = 20
+	billingLagWindow = 10000
+	discardedListed  = 20
+	parkedPerPayment = 50
+	lotsListed       = 50
+	holdsListed      = 50
+	expiringListed   = 20
+	// expiringWithin is how soon a hold must expire to be on the overview.
+	expiringWithin = time.Hour
+)
+
+type errorPage struct {
+	frame
+	Message string
+}
+
+type loginPage struct {
+	frame
+	Error string
+}
+
+// loginForm shows the login form with a fresh anonymous session for its CSRF token; a logged-in
+// visitor goes straight to the overview.
+func (c *console) loginForm(w http.ResponseWriter, r *http.Request) error {
+	sess, ok := sessionOf(r)
+	if ok && sess.authenticated {
+		http.Redirect(w, r, "/console/", http.StatusSeeOther)
+		return nil
+	}
+	if !ok {
+		sess = c.sessions.issue(w, r, false)
+		r = r.WithContext(withSession(r.Context(), sess))
+	}
+	c.render(w, r, http.StatusOK, "login", &loginPage{frame: c.frame(r, "Log in")})
+	return nil
+}
+
+// login checks the key against the API keys (checkCSRF has checked the form's token) and replaces
+// the session with a logged-in one.
+func (c *console) login(w http.ResponseWriter, r *http.Request) error {
+	if !c.CheckKey(r.PostFormValue("key")) {
+		c.render(w, r, http.StatusUnauthorized, "login", &loginPage{frame: c.frame(r, "Log in"),
+			Error: "That key is not one of the API keys (ONCELEDGER_API_KEYS)."})
+		return nil
+	}
+	c.sessions.issue(w, r, true)
+	c.Log.InfoContext(r.Context(), "console login")
+	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+	return nil
+}
+
+func (c *console) logout(w http.ResponseWriter, r *http.Request) error {
+	c.sessions.end(w, r)
+	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+	return nil
+}
+
+type overviewPage struct {
+	frame
+	Parked      []db.ParkedReason
+	ParkedTotal int64
+	Waiting     []db.MissingAccount
+	Lag         db.BillingLag
+	// LagReachesBack: every decision looked at is unbilled, so older ones may be too.
+	LagReachesBack bool
+	Discarded      []notify.Discarded
+	// DiscardedMore: there are more than those listed.
+	DiscardedMore bool
+	// DiscardedError says why discarded notifications could not be listed (River's tables missing).
+	DiscardedError string
+	// Expiring: holds still held that expire within ExpiringWithin (or are past their time), soonest
+	// first; ExpiringMore: there are more than those listed.
+	Expiring       []db.Hold
+	ExpiringMore   bool
+	ExpiringWithin time.Duration
+}
+
+// overview: what waits for an operator.
+func (c *console) overview(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	p := &overviewPage{frame: c.frame(r, "Overview")}
+	var err error
+	if p.Parked, err = db.ParkedEventsByReason(ctx, c.Pool); err != nil {
+		return err
+	}
+	for _, reason := range p.Parked {
+		p.ParkedTotal += reason.Events
+	}
+	if p.Waiting, err = db.DecisionsWaitingForAccounts(ctx, c.Pool, waitingAccounts); err != nil {
+		return err
+	}
+	if p.Lag, err = db.MeasureBillingLag(ctx, c.Pool, billingLagWindow); err != nil {
+		return err
+	}
+	p.LagReachesBack = p.Lag.Unbilled == p.Lag.Window
+	if p.Expiring, err = db.HoldsExpiringWithin(ctx, c.Pool, expiringWithin, expiringListed+1); err != nil {
+		return err
+	}
+	p.ExpiringWithin = expiringWithin
+	p.ExpiringMore = len(p.Expiring) > expiringListed
+	p.Expiring = p.Expiring[:min(len(p.Expiring), expiringListed)]
+	discarded, err := notify.ListDiscarded(ctx, c.Pool, discardedListed+1)
+	if err != nil {
+		c.Log.WarnContext(ctx, "console: discarded notifications", "err", err)
+		p.DiscardedError = "River's tables could not be read (has `onceledger migrate up` run?)"
+	}
+	p.DiscardedMore = len(discarded) > discardedListed
+	p.Discarded = discarded[:min(len(discarded), discardedListed)]
+	c.render(w, r, http.StatusOK, "overview", p)
+	return nil
+}
+
+// outcomes are the filters of the events list, as stripe_events_outcome_check knows them.
+var outcomes = []string{stripeevents.OutcomeParked, stripeevents.OutcomeApplied, stripeevents.OutcomeRecorded, stripeevents.OutcomeIgnored}
+
+type eventsPage struct {
+	frame
+	Outcome  string
+	Outcomes []string
+	Events   []db.Event
+	Next     string // the next page's URL, empty on the last
+}
+
+// events lists stored events in arrival order, optionally of one outcome (?outcome=parked), a page
+// at a time (?after=SEQ).
+func (c *console) events(w http.ResponseWriter, r *http.Request) error {
+	outcome := r.URL.Query().Get("outcome")
+	if outcome != "" && !slices.Contains(outcomes, outcome) {
+		return &pageError{http.StatusBadRequest, "outcome must be one of parked, applied, recorded, ignored"}
+	}
+	var after int64
+	if raw := r.URL.Query().Get("after"); raw != "" {
+		var err error
+		if after, err = strconv.ParseInt(raw, 10, 64); err != nil || after < 0 {
+			return &pageError{http.StatusBadRequest, "after must be an event's seq"}
+		}
+	}
+	list, err := db.ListEvents(r.Context(), c.Pool, outcome, after, eventsPerPage+1)
+	if err != nil {
+		return err
+	}
+	title := "Events"
+	if outcome != "" {
+		title = "Events: " + outcome
+	}
+	p := &eventsPage{frame: c.frame(r, title), Outcome: outcome, Outcomes: outcomes, Events: list}
+	if len(list) > eventsPerPage {
+		p.Events = list[:eventsPerPage]
+		q := url.Values{"after": {strconv.FormatInt(p.Events[eventsPerPage-1].Seq, 10)}}
+		if outcome != "" {
+			q.Set("outcome", outcome)
+		}
+		p.Next = "/console/events?" + q.Encode()
+	}
+	c.render(w, r, http.StatusOK, "events", p)
+	return nil
+}
+
+type eventPage struct {
+	frame
+	Event   db.Event
+	Payload string // indented JSON
+	// Entries are the entries of the event's payment, or the top-up it posted.
+	Entries []db.Entry
+	// DryRun is a dry run's answer, on the page a dry run renders.
+	DryRun *stripeevents.DryRun
+	// Done says what the last action did ("replayed", "reviewed"); Error why it failed.
+	Done  string
+	Error string
+}
+
+func (c *console) eventPage(r *http.Request, id string) (*eventPage, error) {
+	ctx := r.Context()
+	ev, err := db.GetEvent(ctx, c.Pool, id)
+	if err != nil {
+		return nil, err
+	}
+	p := &eventPage{frame: c.frame(r, "Event "+ev.ID), Event: ev, Payload: string(ev.Payload)}
+	var indented bytes.Buffer
+	if json.Indent(&indented, ev.Payload, "", "  ") == nil {
+		p.Payload = indented.String()
+	}
+	if ev.PaymentIntent != "" {
+		p.Entries, err = db.PaymentEntries(ctx, c.Pool, ev.PaymentIntent, paymentEntries)
+		return p, err
+	}
+	// A top-up without a payment intent is still found by its key.
+	entry, err := db.EntryByDedupeKey(ctx, c.Pool, "stripe:"+ev.ID)
+	switch {
+	case err == nil:
+		p.Entries = []db.Entry{entry}
+	case !errors.Is(err, db.ErrNotFound):
+		return nil, err
+	}
+	return p, nil
+}
+
+// event shows one stored event: its facts, payload, entries and the forms to act on it.
+func (c *console) event(w http.ResponseWriter, r *http.Request) error {
+	p, err := c.eventPage(r, mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	switch done := r.URL.Query().Get("done"); done {
+	case "replayed", "reviewed":
+		p.Done = done
+	}
+	c.render(w, r, http.StatusOK, "event", p)
+	return nil
+}
+
+// dryRun shows the event's page with the entries a replay would post now, computed by the replay's
+// own code path in a transaction that is rolled back. It changes nothing, so it answers the POST
+// with the page itself.
+func (c *console) dryRun(w http.ResponseWriter, r *http.Request) error {
+	id := mux.Vars(r)["id"]
+	dry, err := c.Events.DryRun(r.Context(), id)
+	if errors.Is(err, db.ErrNotFound) {
+		return err
+	}
+	p, pageErr := c.eventPage(r, id)
+	if pageErr != nil {
+		return pageErr
+	}
+	status := http.StatusOK
+	if err != nil {
+		status = c.actionFailed(r, p, "dry run", err)
+	} else {
+		p.DryRun = &dry
+	}
+	c.render(w, r, status, "event", p)
+	return nil
+}
+
+// replay re-applies the event (never doubling an effect) and shows its page again (POST, redirect,
+// GET: reloading the page does not replay again).
+func (c *console) replay(w http.ResponseWriter, r *http.Request) error {
+	id := mux.Vars(r)["id"]
+	_, err := c.Events.Replay(r.Context(), id)
+	if err == nil {
+		c.Log.InfoContext(r.Context(), "console replay", "event", id)
+		http.Redirect(w, r, "/console/events/"+url.PathEscape(id)+"?done=replayed", http.StatusSeeOther)
+		return nil
+	}
+	if errors.Is(err, db.ErrNotFound) {
+		return err
+	}
+	p, pageErr := c.eventPage(r, id)
+	if pageErr != nil {
+		return pageErr
+	}
+	c.render(w, r, c.actionFailed(r, p, "replay", err), "event", p)
+	return nil
+}
+
+// review marks a parked event as looked at, so that verify stops reporting it.
+func (c *console) review(w http.ResponseWriter, r *http.Request) error {
+	id := mux.Vars(r)["id"]
+	reviewed, err := db.MarkReviewed(r.Context(), c.Pool, id)
+	if err != nil {
+		return err
+	}
+	if !reviewed {
+		p, err := c.eventPage(r, id)
+		if err != nil {
+			return err
+		}
+		p.Error = "Only a parked event can be marked reviewed."
+		c.render(w, r, http.StatusConflict, "event", p)
+		return nil
+	}
+	c.Log.InfoContext(r.Context(), "console review", "event", id)
+	http.Redirect(w, r, "/console/events/"+url.PathEscape(id)+"?done=reviewed", http.StatusSeeOther)
+	return nil
+}
+
+// actionFailed puts why a dry run or replay failed on the page and returns the status to answer.
+func (c *console) actionFailed(r *http.Request, p *eventPage, action string, err error) int {
+	if errors.Is(err, stripeevents.ErrStripeUnavailable) {
+		p.Error = "The " + action + " needs the Stripe API, which did not answer; nothing was changed. Try again later."
+		return http.StatusServiceUnavailable
+	}
+	c.Log.ErrorContext(r.Context(), "console "+action, "event", p.Event.ID, "err", err)
+	p.Error = "The " + action + " failed and changed nothing; the server's log has the detail."
+	return http.StatusInternalServerError
+}
+
+type accountPage struct {
+	frame
+	Account db.Account
+	// Lots: the open lots in draw order; LotsMore: there are more than those listed.
+	Lots     []db.Lot
+	LotsMore bool
+	// Holds: the holds still held, soonest to expire first; HoldsMore: there are more.
+	Holds     []db.Hold
+	HoldsMore bool
+	// Automation: the saved card, auto-recharge and alert settings.
+	Automation db.Automation
+	Timeline   []db.TimelineEntry
+	// Limited: the timeline shows only the newest timelineEntries.
+	Limited bool
+	Chart   chart
+}
+
+// account shows an account's balance, held and available; its open lots in draw order and its holds
+// still held; its auto-recharge and alert settings; its newest entries with the balance after each,
+// and a chart of that balance.
+func (c *console) account(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	acct, err := db.GetAccount(ctx, c.Pool, mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	p := &accountPage{frame: c.frame(r, "Account "+acct.ID), Account: acct}
+	if p.Lots, err = db.Lots(ctx, c.Pool, acct.ID, false, lotsListed+1); err != nil {
+		return err
+	}
+	p.LotsMore = len(p.Lots) > lotsListed
+	p.Lots = p.Lots[:min(len(p.Lots), lotsListed)]
+	if p.Holds, err = db.OpenHolds(ctx, c.Pool, acct.ID, holdsListed+1); err != nil {
+		return err
+	}
+	p.HoldsMore = len(p.Holds) > holdsListed
+	p.Holds = p.Holds[:min(len(p.Holds), holdsListed)]
+	if p.Automation, err = db.GetAutomation(ctx, c.Pool, acct.ID); err != nil {
+		return err
+	}
+	if p.Timeline, err = db.AccountTimeline(ctx, c.Pool, acct.ID, timelineEntries); err != nil {
+		return err
+	}
+	p.Limited = len(p.Timeline) == timelineEntries
+	p.Chart = balanceChart(p.Timeline)
+	c.render(w, r, http.StatusOK, "account", p)
+	return nil
+}
+
+type searchPage struct {
+	frame
+	Account *db.Account
+	Event   *db.Event
+	Entry   *db.Entry // the entry whose dedupe key is the query
+	// Payment: the entries and parked events of the payment_intent the query names.
+	PaymentEntries []db.Entry
+	PaymentParked  []db.Event
+	Found          bool
+}
+
+// search looks the query up, exactly, as an account id, an event id, a dedupe key and a
+// payment_intent.
+func (c *console) search(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	q := r.URL.Query().Get("q")
+	p := &searchPage{frame: c.frame(r, "Search")}
+	p.Query = q
+	if q == "" {
+		c.render(w, r, http.StatusOK, "search", p)
+		return nil
+	}
+	acct, err := db.GetAccount(ctx, c.Pool, q)
+	if found, err := found(err); err != nil {
+		return err
+	} else if found {
+		p.Account = &acct
+	}
+	ev, err := db.GetEvent(ctx, c.Pool, q)
+	if found, err := found(err); err != nil {
+		return err
+	} else if found {
+		p.Event = &ev
+	}
+	entry, err := db.EntryByDedupeKey(ctx, c.Pool, q)
+	if found, err := found(err); err != nil {
+		return err
+	} else if found {
+		p.Entry = &entry
+	}
+	if p.PaymentEntries, err = db.PaymentEntries(ctx, c.Pool, q, paymentEntries); err != nil {
+		return err
+	}
+	if p.PaymentParked, err = db.ParkedEventsOfPayment(ctx, c.Pool, q, parkedPerPayment); err != nil {
+		return err
+	}
+	p.Found = p.Account != nil || p.Event != nil || p.Entry != nil || len(p.PaymentEntries) > 0 || len(p.PaymentParked) > 0
+	c.render(w, r, http.StatusOK, "search", p)
+	return nil
+}
+
+// found tells a lookup's answer from its failure: db.ErrNotFound is an answer.
+func found(err error) (bool, error) {
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -1,0 +1,291 @@
+// Package recharge carries out what the database decided (SPEC §13): the trigger
+// accounts_available_watch inserts a recharge attempt, with the pending order it owns, in the
+// transaction of the debit that took an account below its threshold, and balance alerts when
+// available crosses an alert threshold. Those rows are the outbox: the Sweeper turns them, in one
+// transaction that marks them taken, into River jobs (unique per attempt or notification id), so a
+// crash anywhere after the debit commits loses nothing. The Charger's job creates the attempt's
+// off-session PaymentIntent with Idempotency-Key recharge:{attempt id}, so a retried job (after a
+// crash, a timeout, a lost answer) gets Stripe's first PaymentIntent back instead of a second charge.
+// No money moves here: only payment_intent.succeeded, through the webhook, credits the order.
+package recharge
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/notify"
+)
+
+// queue is River's queue for the PaymentIntent jobs; the Charger's client works no other.
+const queue = "recharge"
+
+// Args is the job creating one attempt's PaymentIntent; unique per attempt while the job exists.
+type Args struct {
+	AccountID string `json:"account_id" river:"unique"`
+	AttemptID int64  `json:"attempt_id" river:"unique"`
+}
+
+// Kind names the job in river_job.kind.
+func (Args) Kind() string { return "recharge_payment_intent" }
+
+// IdempotencyKey is Stripe's Idempotency-Key for an attempt's PaymentIntent: one attempt, one payment,
+// however often the job runs.
+func IdempotencyKey(attemptID int64) string { return "recharge:" + strconv.FormatInt(attemptID, 10) }
+
+// Charger enqueues and, once started, works the PaymentIntent jobs.
+type Charger struct {
+	pool   *db.Pool
+	client *river.Client[db.Tx]
+	stripe *client.API
+	log    *slog.Logger
+	opts   river.InsertOpts
+}
+
+// NewCharger prepares the jobs on pool's database, calling Stripe through sc (nil: no
+// STRIPE_SECRET_KEY; the jobs then fail and are retried until one is configured). River's default
+// backoff (attempt⁴ seconds, 25 attempts) covers a Stripe outage of days.
+func NewCharger(pool *db.Pool, sc *client.API, log *slog.Logger) (*Charger, error) {
+	c := &Charger{
+		pool: pool, stripe: sc, log: cmp.Or(log, slog.Default()),
+		opts: river.InsertOpts{Queue: queue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()}},
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[Args]) error {
+		return c.Charge(ctx, job.Args.AccountID, job.Args.AttemptID)
+	}))
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:  log,
+		Workers: workers,
+		Queues:  map[string]river.QueueConfig{queue: {MaxWorkers: 4}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recharge: %w", err)
+	}
+	c.client = rc
+	return c, nil
+}
+
+// Charge creates the attempt's off-session PaymentIntent (the job's work). A resolved attempt is left
+// alone; a card Stripe declines (402) is not retried: Stripe's payment_intent.payment_failed resolves
+// the attempt through the webhook. Anything else is returned for River to retry, with the same
+// Idempotency-Key.
+func (c *Charger) Charge(ctx context.Context, accountID string, attemptID int64) error {
+	ch, err := db.AttemptCharge(ctx, c.pool, accountID, attemptID)
+	if errors.Is(err, db.ErrNotFound) {
+		return river.JobCancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	if ch.Status != db.AttemptRequested {
+		return nil
+	}
+	if c.stripe == nil {
+		return errors.New("recharge: STRIPE_SECRET_KEY is not set; the attempt waits for it")
+	}
+	params := PaymentIntentParams(ch)
+	params.SetIdempotencyKey(IdempotencyKey(attemptID))
+	params.Context = ctx
+	pi, err := c.stripe.PaymentIntents.New(params)
+	var se *stripe.Error
+	switch {
+	case errors.As(err, &se) && se.HTTPStatusCode == http.StatusPaymentRequired:
+		// Declined or needing the customer: the PaymentIntent exists, and its webhook event says so.
+		c.log.WarnContext(ctx, "recharge declined", "account", accountID, "attempt", attemptID, "code", string(se.Code))
+		if se.PaymentIntent != nil && se.PaymentIntent.ID != "" {
+			return db.SetAttemptPaymentIntent(ctx, c.pool, accountID, attemptID, se.PaymentIntent.ID)
+		}
+		return nil
+	case errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest:
+		// Stripe refuses the request itself (no such customer or card): retrying cannot help.
+		c.log.ErrorContext(ctx, "recharge refused by Stripe", "account", accountID, "attempt", attemptID, "error", err.Error())
+		return river.JobCancel(err)
+	case err != nil:
+		return fmt.Errorf("create PaymentIntent of attempt %d: %w", attemptID, err)
+	}
+	return db.SetAttemptPaymentIntent(ctx, c.pool, accountID, attemptID, pi.ID)
+}
+
+// PaymentIntentParams is the off-session PaymentIntent of an attempt (SPEC §13): confirmed at once on
+// the saved card, naming the account and the order in its metadata, which is how the webhook finds
+// the order to pay.
+func PaymentIntentParams(ch db.Charge) *stripe.PaymentIntentParams {
+	return &stripe.PaymentIntentParams{
+		Amount:        stripe.Int64(ch.Amount),
+		Currency:      stripe.String(ch.Currency),
+		Customer:      stripe.String(ch.Customer),
+		PaymentMethod: stripe.String(ch.PaymentMethod),
+		Confirm:       stripe.Bool(true),
+		OffSession:    stripe.Bool(true),
+		Description:   stripe.String("onceledger auto-recharge"),
+		Metadata: map[string]string{
+			"account_id": ch.AccountID, "topup_id": ch.TopupID,
+			"recharge_attempt_id": strconv.FormatInt(ch.AttemptID, 10),
+		},
+	}
+}
+
+// Start works the jobs, committed before or after it, until Stop.
+func (c *Charger) Start(ctx context.Context) error {
+	if err := db.CheckRiverTables(ctx, c.pool); err != nil {
+		return err
+	}
+	if err := c.client.Start(ctx); err != nil {
+		return fmt.Errorf("start recharge jobs (has `onceledger migrate up` run?): %w", err)
+	}
+	return nil
+}
+
+// Stop lets jobs in flight finish; those cancelled when ctx ends run again after the next start.
+func (c *Charger) Stop(ctx context.Context) error {
+	err := c.client.Stop(ctx)
+	if err == nil {
+		return nil
+	}
+	if cancelErr := c.client.StopAndCancel(context.WithoutCancel(ctx)); cancelErr != nil {
+		return fmt.Errorf("stop recharge jobs: %w", errors.Join(err, cancelErr))
+	}
+	return nil
+}
+
+// Sweeper empties the outboxes into River jobs. Notifier may be nil (no NOTIFY_URL): alerts and
+// attempt outcomes then stay in their outbox.
+type Sweeper struct {
+	Pool     *db.Pool
+	Charger  *Charger
+	Notifier *notify.Notifier
+	Log      *slog.Logger
+	// Interval between sweeps (default 1s).
+	Interval time.Duration
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// Sweep takes what the outboxes hold (a batch of each) and enqueues its jobs, in one transaction:
+// the jobs and the marks commit together. Rows locked by another sweeper are skipped. It returns how
+// many jobs it enqueued.
+func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	var n int
+	err := db.InTx(ctx, s.Pool, func(tx db.Tx) error {
+		n = 0
+		attempts, err := db.TakeAttemptJobs(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if len(attempts) > 0 {
+			params := make([]river.InsertManyParams, len(attempts))
+			for i, a := range attempts {
+				params[i] = river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &s.Charger.opts}
+			}
+			if _, err := s.Charger.client.InsertManyTx(ctx, tx, params); err != nil {
+				return fmt.Errorf("enqueue %d recharge jobs: %w", len(params), err)
+			}
+			n += len(params)
+		}
+		if s.Notifier == nil {
+			return nil
+		}
+		events, err := takeEvents(ctx, tx)
+		if err != nil {
+			return err
+		}
+		n += len(events)
+		return s.Notifier.EnqueueEvents(ctx, tx, events)
+	})
+	return n, err
+}
+
+// takeEvents turns the alert and attempt-outcome outboxes into notifications.
+func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
+	alerts, err := db.TakeAlerts(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var events []notify.EventArgs
+	for _, a := range alerts {
+		id := fmt.Sprintf("%s_%d_%d", a.AccountID, a.Threshold, a.Episode)
+		if a.LowPending {
+			events = append(events, notify.EventArgs{
+				ID: "ntf_low_" + id, Type: notify.TypeBalanceLow, AccountID: a.AccountID, CreatedAt: a.LowAt.UTC(),
+				Data: map[string]any{"threshold": a.Threshold, "available": a.LowAvailable},
+			})
+		}
+		if a.RecoveredPending {
+			events = append(events, notify.EventArgs{
+				ID: "ntf_recovered_" + id, Type: notify.TypeBalanceRecovered, AccountID: a.AccountID, CreatedAt: a.RecoveredAt.UTC(),
+				Data: map[string]any{"threshold": a.Threshold, "available": *a.RecoveredAvailable},
+			})
+		}
+	}
+	attempts, err := db.TakeAttemptNotices(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range attempts {
+		data := map[string]any{"attempt_id": a.ID, "amount": a.Amount, "payment_intent": a.PaymentIntent, "code": a.FailureCode}
+		event := func(typ string) notify.EventArgs {
+			return notify.EventArgs{
+				ID: fmt.Sprintf("ntf_recharge_%d_%s", a.ID, typ), Type: typ, AccountID: a.AccountID,
+				CreatedAt: a.ResolvedAt.UTC(), Data: data,
+			}
+		}
+		switch a.Status {
+		case db.AttemptSucceeded:
+			events = append(events, event(notify.TypeRechargeSucceeded))
+		case db.AttemptActionRequired:
+			events = append(events, event(notify.TypeRechargeActionRequired))
+		case db.AttemptFailed:
+			events = append(events, event(notify.TypeRechargeFailed))
+			if a.DisabledRecharge {
+				events = append(events, event(notify.TypeRechargeDisabled))
+			}
+		}
+	}
+	return events, nil
+}
+
+// Start sweeps every Interval until Stop (also right away, for what committed while stopped).
+func (s *Sweeper) Start(ctx context.Context) {
+	interval := cmp.Or(s.Interval, time.Second)
+	log := cmp.Or(s.Log, slog.Default())
+	s.stop = make(chan struct{})
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				log.Error("sweeping recharge and alert outboxes", "error", err.Error())
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the sweeps and waits for the one in flight.
+func (s *Sweeper) Stop() {
+	close(s.stop)
+	s.done.Wait()
+}

@@ -1,0 +1,293 @@
+package recharge_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/notify"
+	"github.com/onceledger/onceledger/internal/recharge"
+	"github.com/onceledger/onceledger/internal/stripeevents"
+	"github.com/onceledger/onceledger/internal/stripefake"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// lowAccount creates an account with a saved card and recharge on (below 100, buy 500), then spends
+// it below the threshold: one attempt, committed.
+func lowAccount(t *testing.T, pool *pgxpool.Pool, id string) db.Attempt {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, id, "usd", 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetStripeCustomer(ctx, pool, id, "cus_"+id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetPaymentMethod(ctx, pool, id, "cus_"+id, "pm_"+id); err != nil {
+		t.Fatal(err)
+	}
+	threshold, amount := int64(100), int64(500)
+	if _, err := db.SetRecharge(ctx, pool, id, true, &threshold, &amount); err != nil {
+		t.Fatal(err)
+	}
+	threshold = 200
+	if _, err := db.SetLowBalanceAlert(ctx, pool, id, &threshold); err != nil {
+		t.Fatal(err)
+	}
+	err := db.InTx(ctx, pool, func(tx db.Tx) error {
+		_, err := (db.Ledger{}).Post(ctx, tx, db.Posting{AccountID: id, Kind: db.KindUsage, Amount: -950, DedupeKey: "spend:" + id})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, err := db.Attempts(ctx, pool, id, 10)
+	if err != nil || len(attempts) != 1 {
+		t.Fatalf("attempts: %v, %v", attempts, err)
+	}
+	return attempts[0]
+}
+
+// The job retried after its first run lost Stripe's answer (a crash, a timeout, a dropped connection
+// after Stripe acted) sends the same Idempotency-Key and so creates no second PaymentIntent.
+func TestChargeRetriedCreatesOnePaymentIntent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	fake := stripefake.New()
+	t.Cleanup(fake.Close)
+	a := lowAccount(t, pool, "acct_retry")
+	charger, err := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.LoseAnswers(1)
+	if err := charger.Charge(ctx, a.AccountID, a.ID); err == nil {
+		t.Fatal("a lost answer was taken for success")
+	}
+	if err := charger.Charge(ctx, a.AccountID, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := charger.Charge(ctx, a.AccountID, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	key := recharge.IdempotencyKey(a.ID)
+	if keys := fake.PaymentIntentKeys(); len(keys) != 3 || keys[0] != key || keys[1] != key || keys[2] != key {
+		t.Fatalf("Idempotency-Keys sent: %v, want %s three times", keys, key)
+	}
+	intents := fake.PaymentIntents()
+	if len(intents) != 1 {
+		t.Fatalf("%d PaymentIntents created, want 1", len(intents))
+	}
+	form := intents[0]
+	want := map[string]string{
+		"amount": "500", "currency": "usd", "customer": "cus_acct_retry", "payment_method": "pm_acct_retry",
+		"confirm": "true", "off_session": "true",
+		"metadata[account_id]": "acct_retry", "metadata[topup_id]": a.TopupID,
+	}
+	for field, value := range want {
+		if got := form.Get(field); got != value {
+			t.Errorf("PaymentIntent %s = %q, want %q", field, got, value)
+		}
+	}
+	ch, err := db.AttemptCharge(ctx, pool, a.AccountID, a.ID)
+	if err != nil || ch.PaymentIntent != "pi_test_1" {
+		t.Fatalf("attempt's payment %q, %v", ch.PaymentIntent, err)
+	}
+}
+
+// The attempt committed with the debit is in the outbox until a sweep enqueues its job, once; the
+// alert likewise becomes one notification. A sweep after a crash finds what the last one did not take.
+func TestSweeperEnqueuesEachOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	a := lowAccount(t, pool, "acct_sweep")
+	charger, err := recharge.NewCharger(pool, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifier, err := notify.New(pool, notify.Config{URL: "http://127.0.0.1:1/unused", Secret: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier}
+	// Two sweepers at once take different rows (SKIP LOCKED): together, each row once.
+	var wg sync.WaitGroup
+	counts := make([]int, 2)
+	for i := range counts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := sweeper.Sweep(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			counts[i] = n
+		}()
+	}
+	wg.Wait()
+	if counts[0]+counts[1] != 2 {
+		t.Fatalf("sweeps enqueued %v, want 2 together (the attempt's job and balance.low)", counts)
+	}
+	if n, err := sweeper.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("a later sweep enqueued %d, %v", n, err)
+	}
+	var jobs int
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'recharge_payment_intent' AND (args->>'attempt_id')::bigint = $1`, a.ID).Scan(&jobs)
+	if err != nil || jobs != 1 {
+		t.Fatalf("%d recharge jobs, %v", jobs, err)
+	}
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'account_event_notification' AND args->>'type' = 'balance.low'`).Scan(&jobs)
+	if err != nil || jobs != 1 {
+		t.Fatalf("%d balance.low notifications, %v", jobs, err)
+	}
+}
+
+// End to end through River: the sweeper and the charger running, a debit below the threshold ends
+// in one PaymentIntent, and the outcome and alert reach the receiver signed.
+func TestRechargeRunsThroughRiver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	fake := stripefake.New()
+	t.Cleanup(fake.Close)
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+	)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+	}))
+	t.Cleanup(receiver.Close)
+	charger, err := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifier, err := notify.New(pool, notify.Config{URL: receiver.URL, Secret: "s", PollInterval: 50 * time.Millisecond, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := charger.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := notifier.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier, Interval: 50 * time.Millisecond, Log: quiet}
+	sweeper.Start(ctx)
+	t.Cleanup(func() {
+		sweeper.Stop()
+		_ = charger.Stop(ctx)
+		_ = notifier.Stop(ctx)
+	})
+	a := lowAccount(t, pool, "acct_river")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		low := seen["ntf_low_acct_river_200_1"]
+		mu.Unlock()
+		if len(fake.PaymentIntents()) == 1 && low == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s: %d PaymentIntents, balance.low delivered %d times", len(fake.PaymentIntents()), low)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if keys := fake.PaymentIntentKeys(); len(keys) != 1 || keys[0] != recharge.IdempotencyKey(a.ID) {
+		t.Fatalf("Idempotency-Keys %v", keys)
+	}
+}
+
+// Each resolution of an attempt becomes its notification once: recharge.failed for every failure,
+// recharge.disabled for the third in a row, recharge.action_required for a paused attempt.
+func TestSweeperNotifiesEachOutcomeOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	a := lowAccount(t, pool, "acct_outcomes")
+	charger, err := recharge.NewCharger(pool, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifier, err := notify.New(pool, notify.Config{URL: "http://127.0.0.1:1/unused", Secret: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier}
+	resolve := func(a db.Attempt, status string) {
+		t.Helper()
+		err := db.InTx(ctx, pool, func(tx db.Tx) error {
+			_, _, err := db.ResolveAttempt(ctx, tx, a, status, "pi_x", "card_declined")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three episodes, three failures: credit back above the threshold, then spend below again.
+	for i := range 3 {
+		resolve(a, db.AttemptFailed)
+		if i == 2 {
+			break
+		}
+		for _, amount := range []int64{950, -950} {
+			err := db.InTx(ctx, pool, func(tx db.Tx) error {
+				_, err := (db.Ledger{}).Post(ctx, tx, db.Posting{
+					AccountID: a.AccountID, Kind: db.KindAdjustment, Amount: amount, DedupeKey: fmt.Sprintf("move:%d:%d", i, amount),
+				})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		attempts, err := db.Attempts(ctx, pool, a.AccountID, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = attempts[0]
+	}
+	for range 2 {
+		if _, err := sweeper.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(typ string) int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'account_event_notification' AND args->>'type' = $1`, typ).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := count(notify.TypeRechargeFailed); got != 3 {
+		t.Fatalf("%d recharge.failed, want 3", got)
+	}
+	if got := count(notify.TypeRechargeDisabled); got != 1 {
+		t.Fatalf("%d recharge.disabled, want 1", got)
+	}
+
+	// A paused attempt on another account.
+	b := lowAccount(t, pool, "acct_paused")
+	resolve(b, db.AttemptActionRequired)
+	if _, err := sweeper.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(notify.TypeRechargeActionRequired); got != 1 {
+		t.Fatalf("%d recharge.action_required, want 1", got)
+	}
+}
