@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gorilla/mux"
+
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -94,7 +96,7 @@ func orNull(s string) *string {
 
 // accountID is the {id} of an /v1/accounts/{id}/… route, checked.
 func accountID(r *http.Request) (string, error) {
-	id := r.PathValue("id")
+	id := mux.Vars(r)["id"]
 	if !accountIDPattern.MatchString(id) {
 		return "", badRequest("invalid_account_id", "account id must be 1-64 characters of [A-Za-z0-9_.:-]")
 	}

@@ -1,15 +1,13 @@
 package api
 
 import (
-	"net/http"
-
 	"github.com/onceledger/onceledger/internal/console"
 )
 
-// handleConsole serves the operator console (package console) under /console: HTML for people,
-// outside the JSON API and its document. Logging in takes one of the API keys, checked as the
+// newConsole builds the operator console (package console), whose pages routes.go lists: HTML for
+// people, outside the JSON API and its document. Logging in takes one of the API keys, checked as the
 // bearer check does.
-func handleConsole(d Deps) http.Handler {
+func newConsole(d Deps) *console.Console {
 	return console.New(console.Deps{
 		Pool:     d.Pool,
 		Events:   d.Events,

@@ -107,11 +107,10 @@ func handleNotFound() http.Handler {
 	})
 }
 
-// handleMethodNotAllowed answers a routed path asked with a method it does not take; allow lists
-// those it takes.
-func handleMethodNotAllowed(allow string) http.Handler {
+// handleMethodNotAllowed answers a routed path asked with a method it does not take (the router has
+// set the Allow header).
+func handleMethodNotAllowed() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Allow", allow)
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: errorInfo{Code: "method_not_allowed", Message: "method not allowed on this route"}})
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gorilla/mux"
+
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -49,7 +51,7 @@ func holdRoute(r *http.Request) (account, hold string, err error) {
 	if account, err = accountID(r); err != nil {
 		return "", "", err
 	}
-	hold = r.PathValue("hold_id")
+	hold = mux.Vars(r)["hold_id"]
 	if !holdIDPattern.MatchString(hold) {
 		return "", "", badRequest("invalid_hold_id", "hold id must be 1-128 characters of [A-Za-z0-9_.:-]")
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gorilla/mux"
+
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -75,9 +77,9 @@ func handleVoidLot(d Deps) http.Handler {
 		Posted bool    `json:"posted"`
 	}
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
-		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		id, err := strconv.ParseInt(mux.Vars(r)["id"], 10, 64)
 		if err != nil || id <= 0 {
-			return fmt.Errorf("%w: %q", db.ErrLotNotFound, r.PathValue("id"))
+			return fmt.Errorf("%w: %q", db.ErrLotNotFound, mux.Vars(r)["id"])
 		}
 		if err := decodeOptionalJSON(w, r, &struct{}{}); err != nil {
 			return err

@@ -1,94 +1,199 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/gorilla/mux"
 
 	"github.com/onceledger/onceledger/internal/metrics"
 )
 
-// routes is the one place that lists every route.
-func routes(d Deps) http.Handler {
+// routes lists every route of the process, the console's pages too, on one gorilla/mux router. Each
+// prefix has its own subrouter, so a request is matched only against its prefix's few routes, in the
+// order listed here: the hot ones (postings, holds, the webhook) first.
+func routes(d Deps) *mux.Router {
 	r := newRouter(d.Metrics)
-	v1 := requireAPIKey(d.Config.APIKeys)
+	apiKey := requireAPIKey(d.Config.APIKeys)
 
+	// The product API: every route behind an API key.
+	v1 := r.prefix("/v1")
+	accounts := v1.prefix("/v1/accounts")
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/adjustments", apiKey(handlePostAdjustment(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds", apiKey(handlePostHold(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/capture", apiKey(handleCaptureHold(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/void", apiKey(handleVoidHold(d)))
+	accounts.handle(http.MethodPut, "/v1/accounts/{id}", apiKey(handlePutAccount(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}", apiKey(handleGetAccount(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/entries", apiKey(handleListEntries(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/balance", apiKey(handleGetBalanceAt(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/statement", apiKey(handleGetStatement(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/topups", apiKey(handlePostTopup(d)))
+	accounts.handle(http.MethodPut, "/v1/accounts/{id}/recharge", apiKey(handlePutRecharge(d)))
+	accounts.handle(http.MethodPut, "/v1/accounts/{id}/alerts", apiKey(handlePutAlerts(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", apiKey(handleGetHold(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/lots", apiKey(handleListLots(d)))
+	v1.handle(http.MethodPost, "/v1/decisions", apiKey(handlePostDecisions(d)))
+	v1.handle(http.MethodGet, "/v1/topups/{id}", apiKey(handleGetTopup(d)))
+	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(handleVoidLot(d)))
+	v1.handle(http.MethodGet, "/v1/stripe/events", apiKey(handleListStripeEvents(d)))
+
+	// Stripe's webhook, authenticated by its signature.
+	webhooks := r.prefix("/webhooks")
+	webhooks.handle(http.MethodPost, "/webhooks/stripe", handleStripeWebhook(d))
+
+	// The operator console: HTML for people, outside the API's document. Every answer carries its
+	// session and headers (and every POST its CSRF check); every page but the login needs a login.
+	c := newConsole(d)
+	page := func(h http.Handler) http.Handler { return c.Session(c.RequireLogin(h)) }
+	console := r.prefix("/console")
+	console.refuseWith(c.Session(c.NotFound()), c.Session(c.MethodNotAllowed()))
+	console.handle(http.MethodGet, "/console", c.Session(http.RedirectHandler("/console/", http.StatusMovedPermanently)))
+	console.handlePrefix(http.MethodGet, "/console/static/", c.Session(c.Static()))
+	console.handle(http.MethodGet, "/console/login", c.Session(c.LoginForm()))
+	console.handle(http.MethodPost, "/console/login", c.Session(c.Login()))
+	console.handle(http.MethodPost, "/console/logout", page(c.Logout()))
+	console.handle(http.MethodGet, "/console/", page(c.Overview()))
+	console.handle(http.MethodGet, "/console/events", page(c.EventList()))
+	console.handle(http.MethodGet, "/console/events/{id}", page(c.Event()))
+	console.handle(http.MethodPost, "/console/events/{id}/dry-run", page(c.DryRun()))
+	console.handle(http.MethodPost, "/console/events/{id}/replay", page(c.Replay()))
+	console.handle(http.MethodPost, "/console/events/{id}/review", page(c.Review()))
+	console.handle(http.MethodGet, "/console/accounts/{id}", page(c.Account()))
+	console.handle(http.MethodGet, "/console/search", page(c.Search()))
+
+	// Open: for load balancers, Prometheus and API clients.
 	r.handle(http.MethodGet, "/healthz", handleHealthz())
 	r.handle(http.MethodGet, "/readyz", handleReadyz(d))
 	r.handle(http.MethodGet, "/metrics", d.Metrics.Handler())
-	r.handle(http.MethodPost, "/webhooks/stripe", handleStripeWebhook(d))
 	r.handle(http.MethodGet, "/openapi.yaml", handleOpenAPI())
-	r.prefix("/console", handleConsole(d))
 
-	r.handle(http.MethodPut, "/v1/accounts/{id}", v1(handlePutAccount(d)))
-	r.handle(http.MethodGet, "/v1/accounts/{id}", v1(handleGetAccount(d)))
-	r.handle(http.MethodGet, "/v1/accounts/{id}/entries", v1(handleListEntries(d)))
-	r.handle(http.MethodGet, "/v1/accounts/{id}/balance", v1(handleGetBalanceAt(d)))
-	r.handle(http.MethodGet, "/v1/accounts/{id}/statement", v1(handleGetStatement(d)))
-	r.handle(http.MethodPost, "/v1/accounts/{id}/adjustments", v1(handlePostAdjustment(d)))
-	r.handle(http.MethodPost, "/v1/accounts/{id}/topups", v1(handlePostTopup(d)))
-	r.handle(http.MethodPut, "/v1/accounts/{id}/recharge", v1(handlePutRecharge(d)))
-	r.handle(http.MethodPut, "/v1/accounts/{id}/alerts", v1(handlePutAlerts(d)))
-	r.handle(http.MethodPost, "/v1/accounts/{id}/holds", v1(handlePostHold(d)))
-	r.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", v1(handleGetHold(d)))
-	r.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/capture", v1(handleCaptureHold(d)))
-	r.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/void", v1(handleVoidHold(d)))
-	r.handle(http.MethodGet, "/v1/accounts/{id}/lots", v1(handleListLots(d)))
-	r.handle(http.MethodPost, "/v1/lots/{id}/void", v1(handleVoidLot(d)))
-	r.handle(http.MethodGet, "/v1/topups/{id}", v1(handleGetTopup(d)))
-	r.handle(http.MethodPost, "/v1/decisions", v1(handlePostDecisions(d)))
-	r.handle(http.MethodGet, "/v1/stripe/events", v1(handleListStripeEvents(d)))
-
-	return r.done()
+	return r.mux
 }
 
-// router registers routes on the standard library's ServeMux, whose patterns match a path segment by
-// segment, not a regular expression per route in turn. Each route is timed by the metrics under its
-// pattern (not its path, which would explode the label set with ids); a request no route takes (404)
-// or a route takes with other methods only (405) is answered in JSON and not timed, its path and
-// method being the caller's to choose.
+// router adds routes to a gorilla/mux router or to one of its prefixes' subrouters. The router
+// matches the escaped path, so that an encoded "/" stays inside its path segment: one (invalid) id,
+// never a path into another route. Each route is timed by the metrics under its pattern, fixed here
+// (not its path, which would explode the label set with ids). A request no route takes (404) or a
+// route takes with other methods only (405) is refused in JSON, or as a page under /console, and is
+// not timed, its path and method being the caller's to choose.
 type router struct {
-	mux     *http.ServeMux
+	mux     *mux.Router
 	metrics *metrics.Metrics
-	// methods lists each routed path's methods, in registration order, for its 405's Allow.
-	methods map[string][]string
-	// endpoints are "METHOD /path" of every route with a method, as the API's document lists them.
-	endpoints []string
+	// allow is shared by the root and its subrouters: every route's methods, for a 405's Allow.
+	allow *allowList
 }
 
 func newRouter(m *metrics.Metrics) *router {
-	return &router{mux: http.NewServeMux(), metrics: m, methods: map[string][]string{}}
-}
-
-// handle routes method on path (a GET route takes HEAD too, as ServeMux does).
-func (r *router) handle(method, path string, h http.Handler) {
-	r.mux.Handle(method+" "+path, r.metrics.Timed(path, h))
-	r.methods[path] = append(r.methods[path], method)
-	r.endpoints = append(r.endpoints, method+" "+path)
-}
-
-// prefix routes path and everything under it, whatever the method, to h.
-func (r *router) prefix(path string, h http.Handler) {
-	timed := r.metrics.Timed(path, h)
-	r.mux.Handle(path, timed)
-	r.mux.Handle(path+"/", timed)
-}
-
-// done adds the refusals: a routed path with another method is 405 with its Allow header (a pattern
-// without a method is less specific than the same with one, so it takes only the other methods), and
-// any other request is 404 ("/" matches every path no other pattern does).
-func (r *router) done() http.Handler {
-	for path, methods := range r.methods {
-		allow := slices.Clone(methods)
-		if slices.Contains(allow, http.MethodGet) {
-			allow = append(allow, http.MethodHead)
-		}
-		r.mux.Handle(path, handleMethodNotAllowed(strings.Join(allow, ", ")))
-	}
-	r.mux.Handle("/", handleNotFound())
+	r := &router{mux: mux.NewRouter().UseEncodedPath(), metrics: m, allow: &allowList{}}
+	r.refuseWith(handleNotFound(), handleMethodNotAllowed())
 	return r
 }
 
-func (r *router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mux.ServeHTTP(w, req)
+// prefix returns the subrouter of the paths that are path or lie under path/. It is tried with a
+// string comparison, so a request under another prefix never meets its routes' regular expressions.
+// Like the literal tails of handle, it compares the decoded path, which holds any literal text of the
+// escaped path (that the routes match) unchanged, and needs no escaping first.
+func (r *router) prefix(path string) *router {
+	under := func(req *http.Request, _ *mux.RouteMatch) bool {
+		p := req.URL.Path
+		return strings.HasPrefix(p, path) && (len(p) == len(path) || p[len(path)] == '/')
+	}
+	sub := r.mux.MatcherFunc(under).Subrouter()
+	return &router{mux: sub, metrics: r.metrics, allow: r.allow}
+}
+
+// refuseWith answers the requests under this prefix that no route takes: with methodNotAllowed, given
+// its Allow header, when a route takes the path with other methods; else with notFound. Both of
+// gorilla's refusals come here, and the routes' paths decide between them: gorilla answers a wrong
+// method on a subrouter's route as not found when a later route of the subrouter does not match the
+// path (gorilla/mux#751). Without refuseWith, a subrouter leaves its refusals to its parent's.
+func (r *router) refuseWith(notFound, methodNotAllowed http.Handler) {
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if allow := r.allow.methods(req); allow != "" {
+			w.Header().Set("Allow", allow)
+			methodNotAllowed.ServeHTTP(w, req)
+			return
+		}
+		notFound.ServeHTTP(w, req)
+	})
+	r.mux.NotFoundHandler = refuse
+	r.mux.MethodNotAllowedHandler = refuse
+}
+
+// handle routes method on path (a GET route takes HEAD too). The route is first tried by the literal
+// text its path ends with, so that a request for another route of the prefix skips its regular
+// expression.
+func (r *router) handle(method, path string, h http.Handler) {
+	tail := path[strings.LastIndexByte(path, '}')+1:]
+	endsWithTail := func(req *http.Request, _ *mux.RouteMatch) bool {
+		return strings.HasSuffix(req.URL.Path, tail)
+	}
+	r.add(r.mux.MatcherFunc(endsWithTail).Path(path), method, path, h)
+}
+
+// handlePrefix routes method on path and everything under it.
+func (r *router) handlePrefix(method, path string, h http.Handler) {
+	r.add(r.mux.PathPrefix(path), method, path, h)
+}
+
+func (r *router) add(route *mux.Route, method, pattern string, h http.Handler) {
+	if err := route.GetError(); err != nil {
+		panic(fmt.Sprintf("route %s %s: %v", method, pattern, err)) // a mistake in the list above
+	}
+	methods := []string{method}
+	if method == http.MethodGet {
+		methods = append(methods, http.MethodHead)
+	}
+	if names, _ := route.GetVarNames(); len(names) > 0 {
+		h = unescapeVars(h)
+	}
+	route.Methods(methods...).Handler(r.metrics.Timed(pattern, h))
+	path, _ := route.GetPathRegexp()
+	*r.allow = append(*r.allow, allowedRoute{regexp.MustCompile(path), methods})
+}
+
+// unescapeVars hands h the route's variables (mux.Vars) unescaped, as they were before the request
+// was sent: matching the escaped path leaves them escaped. The map is the request's own.
+func unescapeVars(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		vars := mux.Vars(req)
+		for name, v := range vars {
+			if strings.Contains(v, "%") {
+				if u, err := url.PathUnescape(v); err == nil {
+					vars[name] = u
+				}
+			}
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// allowList is every route's path, as gorilla matches it, with its methods, in registration order.
+type allowList []allowedRoute
+
+type allowedRoute struct {
+	path    *regexp.Regexp
+	methods []string
+}
+
+// methods lists the methods the routes of req's path take, for its 405's Allow header.
+func (a *allowList) methods(req *http.Request) string {
+	var allow []string
+	p := req.URL.EscapedPath()
+	for _, route := range *a {
+		if !route.path.MatchString(p) {
+			continue
+		}
+		for _, m := range route.methods {
+			if !slices.Contains(allow, m) {
+				allow = append(allow, m)
+			}
+		}
+	}
+	return strings.Join(allow, ", ")
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/onceledger/onceledger/db"
@@ -208,7 +209,7 @@ func topupFingerprint(key string, amount int64, successURL string, cancelURL *st
 
 func handleGetTopup(d Deps) http.Handler {
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
+		id := mux.Vars(r)["id"]
 		if !accountIDPattern.MatchString(id) {
 			return badRequest("invalid_topup_id", "top-up id must be 1-64 characters of [A-Za-z0-9_.:-]")
 		}

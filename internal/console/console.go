@@ -12,11 +12,8 @@ import (
 	"embed"
 	"errors"
 	"html/template"
-	"io/fs"
 	"log/slog"
 	"net/http"
-
-	"github.com/gorilla/mux"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/stripeevents"
@@ -44,38 +41,52 @@ var staticFS embed.FS
 const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
 	"frame-ancestors 'none'; base-uri 'none'"
 
-type console struct {
+// Console is the console's pages and the middleware around them, handed out for the API's router
+// (api/routes.go) to list route by route: every console route wrapped in Session, and every page but
+// the login's in RequireLogin too.
+type Console struct {
 	Deps
 	sessions sessions
 	pages    map[string]*template.Template
 }
 
-// New returns the console's handler for every path under /console.
-func New(d Deps) http.Handler {
-	c := &console{Deps: d, sessions: newSessions(), pages: parsePages()}
+// New returns the console; it serves nothing until its handlers are routed.
+func New(d Deps) *Console {
+	return &Console{Deps: d, sessions: newSessions(), pages: parsePages()}
+}
 
-	r := mux.NewRouter()
-	r.NotFoundHandler = c.handle(func(http.ResponseWriter, *http.Request) error { return errNotFound })
-	r.MethodNotAllowedHandler = c.handle(func(http.ResponseWriter, *http.Request) error { return errMethodNotAllowed })
-	r.Handle("/console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
-	static, _ := fs.Sub(staticFS, "static")
-	r.PathPrefix("/console/static/").Handler(http.StripPrefix("/console/static/", http.FileServerFS(static))).Methods(http.MethodGet)
-	r.Handle("/console/login", c.handle(c.loginForm)).Methods(http.MethodGet)
-	r.Handle("/console/login", c.handle(c.login)).Methods(http.MethodPost)
+// The pages (pages.go), each the handler of one route.
+func (c *Console) LoginForm() http.Handler { return c.handle(c.loginForm) }
+func (c *Console) Login() http.Handler     { return c.handle(c.login) }
+func (c *Console) Logout() http.Handler    { return c.handle(c.logout) }
+func (c *Console) Overview() http.Handler  { return c.handle(c.overview) }
+func (c *Console) EventList() http.Handler { return c.handle(c.events) }
+func (c *Console) Event() http.Handler     { return c.handle(c.event) }
+func (c *Console) DryRun() http.Handler    { return c.handle(c.dryRun) }
+func (c *Console) Replay() http.Handler    { return c.handle(c.replay) }
+func (c *Console) Review() http.Handler    { return c.handle(c.review) }
+func (c *Console) Account() http.Handler   { return c.handle(c.account) }
+func (c *Console) Search() http.Handler    { return c.handle(c.search) }
 
-	in := r.NewRoute().Subrouter()
-	in.Use(c.requireLogin)
-	in.Handle("/console/logout", c.handle(c.logout)).Methods(http.MethodPost)
-	in.Handle("/console/", c.handle(c.overview)).Methods(http.MethodGet)
-	in.Handle("/console/events", c.handle(c.events)).Methods(http.MethodGet)
-	in.Handle("/console/events/{id}", c.handle(c.event)).Methods(http.MethodGet)
-	in.Handle("/console/events/{id}/dry-run", c.handle(c.dryRun)).Methods(http.MethodPost)
-	in.Handle("/console/events/{id}/replay", c.handle(c.replay)).Methods(http.MethodPost)
-	in.Handle("/console/events/{id}/review", c.handle(c.review)).Methods(http.MethodPost)
-	in.Handle("/console/accounts/{id}", c.handle(c.account)).Methods(http.MethodGet)
-	in.Handle("/console/search", c.handle(c.search)).Methods(http.MethodGet)
+// Static serves the embedded stylesheet, routed under /console/static/ (embedded as static/).
+func (c *Console) Static() http.Handler {
+	return http.StripPrefix("/console", http.FileServerFS(staticFS))
+}
 
-	return secureHeaders(c.checkCSRF(r))
+// NotFound and MethodNotAllowed answer, as pages, a console path no route takes and a route asked
+// with a method it does not take.
+func (c *Console) NotFound() http.Handler {
+	return c.handle(func(http.ResponseWriter, *http.Request) error { return errNotFound })
+}
+
+func (c *Console) MethodNotAllowed() http.Handler {
+	return c.handle(func(http.ResponseWriter, *http.Request) error { return errMethodNotAllowed })
+}
+
+// Session is the middleware of every console response, refusals included: the security headers, the
+// request's session in its context, and the CSRF check of every POST.
+func (c *Console) Session(next http.Handler) http.Handler {
+	return secureHeaders(c.checkCSRF(next))
 }
 
 // secureHeaders applies to every console response: the CSP, no sniffing, no framing, no caching of
@@ -97,7 +108,7 @@ const maxForm = 16 << 10
 
 // checkCSRF puts the request's session, if any, in its context, and refuses with 403 every POST
 // whose csrf_token is not the one of its session (or that has no session), before any handler runs.
-func (c *console) checkCSRF(next http.Handler) http.Handler {
+func (c *Console) checkCSRF(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess, ok := c.sessions.read(r)
 		if ok {
@@ -114,8 +125,9 @@ func (c *console) checkCSRF(next http.Handler) http.Handler {
 	})
 }
 
-// requireLogin sends a visitor without a logged-in session to the login page.
-func (c *console) requireLogin(next http.Handler) http.Handler {
+// RequireLogin sends a visitor without a logged-in session to the login page; it runs inside Session,
+// which finds the session.
+func (c *Console) RequireLogin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if sess, ok := sessionOf(r); !ok || !sess.authenticated {
 			http.Redirect(w, r, "/console/login", http.StatusSeeOther)
@@ -141,7 +153,7 @@ var (
 )
 
 // handle runs fn and shows its error, if any, as an error page.
-func (c *console) handle(fn func(http.ResponseWriter, *http.Request) error) http.Handler {
+func (c *Console) handle(fn func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := fn(w, r); err != nil {
 			c.fail(w, r, err)
@@ -151,7 +163,7 @@ func (c *console) handle(fn func(http.ResponseWriter, *http.Request) error) http
 
 // fail shows err: a pageError as it is, db.ErrNotFound as a 404, anything else as a 500 that is
 // logged (its detail is not shown).
-func (c *console) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *pageError
 	switch {
 	case errors.As(err, &pe):

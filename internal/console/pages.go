@@ -45,7 +45,7 @@ type loginPage struct {
 
 // loginForm shows the login form with a fresh anonymous session for its CSRF token; a logged-in
 // visitor goes straight to the overview.
-func (c *console) loginForm(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) error {
 	sess, ok := sessionOf(r)
 	if ok && sess.authenticated {
 		http.Redirect(w, r, "/console/", http.StatusSeeOther)
@@ -61,7 +61,7 @@ func (c *console) loginForm(w http.ResponseWriter, r *http.Request) error {
 
 // login checks the key against the API keys (checkCSRF has checked the form's token) and replaces
 // the session with a logged-in one.
-func (c *console) login(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) login(w http.ResponseWriter, r *http.Request) error {
 	if !c.CheckKey(r.PostFormValue("key")) {
 		c.render(w, r, http.StatusUnauthorized, "login", &loginPage{frame: c.frame(r, "Log in"),
 			Error: "That key is not one of the API keys (ONCELEDGER_API_KEYS)."})
@@ -73,7 +73,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (c *console) logout(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) error {
 	c.sessions.end(w, r)
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 	return nil
@@ -100,7 +100,7 @@ type overviewPage struct {
 }
 
 // overview: what waits for an operator.
-func (c *console) overview(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p := &overviewPage{frame: c.frame(r, "Overview")}
 	var err error
@@ -147,7 +147,7 @@ type eventsPage struct {
 
 // events lists stored events in arrival order, optionally of one outcome (?outcome=parked), a page
 // at a time (?after=SEQ).
-func (c *console) events(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) events(w http.ResponseWriter, r *http.Request) error {
 	outcome := r.URL.Query().Get("outcome")
 	if outcome != "" && !slices.Contains(outcomes, outcome) {
 		return &pageError{http.StatusBadRequest, "outcome must be one of parked, applied, recorded, ignored"}
@@ -193,7 +193,7 @@ type eventPage struct {
 	Error string
 }
 
-func (c *console) eventPage(r *http.Request, id string) (*eventPage, error) {
+func (c *Console) eventPage(r *http.Request, id string) (*eventPage, error) {
 	ctx := r.Context()
 	ev, err := db.GetEvent(ctx, c.Pool, id)
 	if err != nil {
@@ -220,7 +220,7 @@ func (c *console) eventPage(r *http.Request, id string) (*eventPage, error) {
 }
 
 // event shows one stored event: its facts, payload, entries and the forms to act on it.
-func (c *console) event(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) event(w http.ResponseWriter, r *http.Request) error {
 	p, err := c.eventPage(r, mux.Vars(r)["id"])
 	if err != nil {
 		return err
@@ -236,7 +236,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 // dryRun shows the event's page with the entries a replay would post now, computed by the replay's
 // own code path in a transaction that is rolled back. It changes nothing, so it answers the POST
 // with the page itself.
-func (c *console) dryRun(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) dryRun(w http.ResponseWriter, r *http.Request) error {
 	id := mux.Vars(r)["id"]
 	dry, err := c.Events.DryRun(r.Context(), id)
 	if errors.Is(err, db.ErrNotFound) {
@@ -258,7 +258,7 @@ func (c *console) dryRun(w http.ResponseWriter, r *http.Request) error {
 
 // replay re-applies the event (never doubling an effect) and shows its page again (POST, redirect,
 // GET: reloading the page does not replay again).
-func (c *console) replay(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) replay(w http.ResponseWriter, r *http.Request) error {
 	id := mux.Vars(r)["id"]
 	_, err := c.Events.Replay(r.Context(), id)
 	if err == nil {
@@ -278,7 +278,7 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request) error {
 }
 
 // review marks a parked event as looked at, so that verify stops reporting it.
-func (c *console) review(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
 	id := mux.Vars(r)["id"]
 	reviewed, err := db.MarkReviewed(r.Context(), c.Pool, id)
 	if err != nil {
@@ -299,7 +299,7 @@ func (c *console) review(w http.ResponseWriter, r *http.Request) error {
 }
 
 // actionFailed puts why a dry run or replay failed on the page and returns the status to answer.
-func (c *console) actionFailed(r *http.Request, p *eventPage, action string, err error) int {
+func (c *Console) actionFailed(r *http.Request, p *eventPage, action string, err error) int {
 	if errors.Is(err, stripeevents.ErrStripeUnavailable) {
 		p.Error = "The " + action + " needs the Stripe API, which did not answer; nothing was changed. Try again later."
 		return http.StatusServiceUnavailable
@@ -329,7 +329,7 @@ type accountPage struct {
 // account shows an account's balance, held and available; its open lots in draw order and its holds
 // still held; its auto-recharge and alert settings; its newest entries with the balance after each,
 // and a chart of that balance.
-func (c *console) account(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	acct, err := db.GetAccount(ctx, c.Pool, mux.Vars(r)["id"])
 	if err != nil {
@@ -371,7 +371,7 @@ type searchPage struct {
 
 // search looks the query up, exactly, as an account id, an event id, a dedupe key and a
 // payment_intent.
-func (c *console) search(w http.ResponseWriter, r *http.Request) error {
+func (c *Console) search(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := r.URL.Query().Get("q")
 	p := &searchPage{frame: c.frame(r, "Search")}

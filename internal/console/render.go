@@ -30,7 +30,7 @@ type frame struct {
 	Query    string // the search box's text
 }
 
-func (c *console) frame(r *http.Request, title string) frame {
+func (c *Console) frame(r *http.Request, title string) frame {
 	f := frame{Title: title}
 	if sess, ok := sessionOf(r); ok {
 		f.LoggedIn = sess.authenticated
@@ -40,7 +40,7 @@ func (c *console) frame(r *http.Request, title string) frame {
 }
 
 // render executes the page into a buffer first, so that a template error is a clean 500.
-func (c *console) render(w http.ResponseWriter, r *http.Request, status int, page string, data any) {
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, data any) {
 	var buf bytes.Buffer
 	if err := c.pages[page].Execute(&buf, data); err != nil {
 		c.Log.ErrorContext(r.Context(), "console template", "page", page, "err", err)

@@ -80,7 +80,7 @@ func (m *Metrics) Timed(route string, next http.Handler) http.Handler {
 }
 
 // methodLabel is the request method as a label: the standard ones by name, anything else "OTHER", so
-// that a client inventing methods on a route that takes any (the console) cannot grow /metrics.
+// that a client inventing methods can never grow /metrics, whatever methods a timed route takes.
 func methodLabel(method string) string {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
