@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
@@ -30,6 +31,8 @@ type Deps struct {
 	Stripe *client.API
 	// Events applies every verified webhook delivery: the processor replay and the reconciler use too.
 	Events *stripeevents.Processor
+	// Jobs is the process's River client; the console lists given-up notifications through it.
+	Jobs *river.Client[db.Tx]
 	// Holds authorises holds with group commit: concurrent authorisations of one (hot) account share
 	// a transaction, each caller still getting its own answer.
 	Holds *db.HoldAuthoriser

@@ -10,6 +10,7 @@ import (
 func newConsole(d Deps) *console.Console {
 	return console.New(console.Deps{
 		Pool:     d.Pool,
+		Jobs:     d.Jobs,
 		Events:   d.Events,
 		Log:      d.Log,
 		CheckKey: newAPIKeys(d.Config.APIKeys).match,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/onceledger/onceledger/db"
@@ -35,10 +37,11 @@ func TestServeDeliversNotificationsCommittedWhileDown(t *testing.T) {
 	t.Cleanup(recv.Close)
 
 	// No worker runs yet: the notification is only enqueued, with the entry.
-	enqueuer, err := notify.New(pool, notify.Config{URL: recv.URL, Secret: secret})
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	enqueuer := notify.NewNotifier(jobs, notify.Config{URL: recv.URL, Secret: secret})
 	if _, err := ledger.CreateAccount(ctx, pool, "acct_serve_notify", "usd", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -24,12 +24,12 @@ func serve(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	defer w.close() // after the HTTP server drained: notifications stop, then the pool closes
+	defer w.close() // after the HTTP server drained: the jobs stop, then the pool closes
 	m.WatchPool(w.pool)
 	deps := api.Deps{
 		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger,
 		Poster: db.NewPoster(w.pool, w.ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(w.pool, db.PosterOptions{}),
-		Stripe: w.stripe, Events: w.events,
+		Stripe: w.stripe, Events: w.events, Jobs: w.jobs,
 	}
 
 	srv := &http.Server{

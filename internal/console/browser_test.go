@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/api"
@@ -240,13 +242,18 @@ func newConsoleServer(t *testing.T) *consoleServer {
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// Wired as the binary wires it: one Ledger, Poster, hold authoriser and event processor (no Stripe
-	// key here).
+	// Wired as the binary wires it: one Ledger, Poster, hold authoriser, event processor (no Stripe
+	// key here) and River client (which only enqueues and lists here).
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ledger db.Ledger
 	srv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
 		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(pool, db.PosterOptions{}),
-		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log},
+		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log, Reapply: stripeevents.NewReapplier(jobs)},
+		Jobs:   jobs,
 	}))
 	t.Cleanup(srv.Close)
 	return &consoleServer{t: t, url: srv.URL, pool: pool}

@@ -15,15 +15,18 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/riverqueue/river"
+
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 // Deps is what the console needs; the API's router builds it.
 type Deps struct {
-	// Pool is handed to package db (and to River, for discarded notifications); the console runs no
-	// SQL of its own.
+	// Pool is handed to package db; the console runs no SQL of its own.
 	Pool *db.Pool
+	// Jobs is the process's River client, which lists the given-up notifications.
+	Jobs *river.Client[db.Tx]
 	// Events replays stored events and dry-runs their replay.
 	Events *stripeevents.Processor
 	Log    *slog.Logger

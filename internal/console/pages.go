@@ -123,7 +123,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) error {
 	p.ExpiringWithin = expiringWithin
 	p.ExpiringMore = len(p.Expiring) > expiringListed
 	p.Expiring = p.Expiring[:min(len(p.Expiring), expiringListed)]
-	discarded, err := notify.ListDiscarded(ctx, c.Pool, discardedListed+1)
+	discarded, err := notify.ListDiscarded(ctx, c.Jobs, discardedListed+1)
 	if err != nil {
 		c.Log.WarnContext(ctx, "console: discarded notifications", "err", err)
 		p.DiscardedError = "River's tables could not be read (has `onceledger migrate up` run?)"

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -24,14 +23,10 @@ type Discarded struct {
 }
 
 // ListDiscarded returns the given-up notifications, most recently given up first, at most limit of
-// them. It asks River (its own listing of river_job), so that River's table stays River's business.
-func ListDiscarded(ctx context.Context, pool *pgxpool.Pool, limit int) ([]Discarded, error) {
-	// A client that works nothing: it only reads the jobs.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		return nil, fmt.Errorf("notify: %w", err)
-	}
-	res, err := client.JobList(ctx, river.NewJobListParams().
+// them. It asks River, through jobs (the process's River client), so that River's table stays River's
+// business.
+func ListDiscarded(ctx context.Context, jobs *river.Client[pgx.Tx], limit int) ([]Discarded, error) {
+	res, err := jobs.JobList(ctx, river.NewJobListParams().
 		Kinds(Args{}.Kind()).
 		States(rivertype.JobStateDiscarded).
 		OrderBy(river.JobListOrderByFinalizedAt, river.SortOrderDesc).

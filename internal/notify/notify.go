@@ -5,7 +5,9 @@
 // the job commits or rolls back with the entry, and a replay, which posts nothing, enqueues nothing.
 // The job is unique per entry. A worker then POSTs it to NOTIFY_URL, signed (Sign), with the same
 // Idempotency-Key on every attempt, retrying with exponential backoff until the receiver answers 2xx
-// or the attempts run out; the job then stays in river_job as discarded, for operators to see.
+// or the attempts run out; the job then stays in river_job as discarded, for operators to see. The
+// jobs go through the process's one River client: AddWorkers registers the delivery workers with it,
+// NewNotifier enqueues through it.
 package notify
 
 import (
@@ -22,9 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/onceledger/onceledger/db"
@@ -33,7 +33,7 @@ import (
 // EventType is the "type" of every notification.
 const EventType = "entry.posted"
 
-// queue is River's queue for notification jobs; this client works no other.
+// queue is River's queue for notification jobs.
 const queue = "notifications"
 
 // Defaults for the zero values of Config.
@@ -44,10 +44,11 @@ const (
 	defaultWorkers     = 10
 	// maxRetryWait caps the backoff, so a large attempt count never waits for days.
 	maxRetryWait = 6 * time.Hour
-	// discardedRetention keeps given-up notifications in river_job long enough for operators to see
-	// and retry them (River's default is a week).
-	discardedRetention = 30 * 24 * time.Hour
 )
+
+// DiscardedRetention is how long the process's River client keeps given-up jobs, so that operators
+// see given-up notifications (the console's overview) and can retry them; River's default is a week.
+const DiscardedRetention = 30 * 24 * time.Hour
 
 // Args is one notification job: everything the receiver gets, fixed when the entry is posted so
 // that every attempt sends the same body. ID alone makes the job unique.
@@ -83,7 +84,7 @@ type Config struct {
 	URL string
 	// Secret signs every notification (NOTIFY_SECRET).
 	Secret string
-	// Log receives River's and the worker's logs; nil uses River's default.
+	// Log receives the workers' logs; nil logs nothing.
 	Log *slog.Logger
 	// MaxAttempts bounds the deliveries of one notification (default 10).
 	MaxAttempts int
@@ -94,59 +95,42 @@ type Config struct {
 	Timeout time.Duration
 	// Workers is how many deliveries run at once (default 10).
 	Workers int
-	// PollInterval is how often the worker looks for due jobs besides being woken by inserts
-	// (default River's, 1s); tests make it short.
-	PollInterval time.Duration
 }
 
-// Notifier enqueues notifications and, once started, delivers them.
+// AddWorkers registers, for the process's River client, the workers that deliver notifications
+// (entries and account events) on their own queue; the client works them once started.
+func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, cfg Config) error {
+	if cfg.URL == "" || cfg.Secret == "" {
+		return errors.New("notify: a URL and a secret are required")
+	}
+	w := &worker{
+		url: cfg.URL, secret: cfg.Secret, log: cfg.Log, http: &http.Client{},
+		retryBase: cmp.Or(cfg.RetryBase, defaultRetryBase), timeout: cmp.Or(cfg.Timeout, defaultTimeout), now: time.Now,
+	}
+	river.AddWorker(workers, w)
+	river.AddWorker(workers, &eventWorker{w: w})
+	queues[queue] = river.QueueConfig{MaxWorkers: cmp.Or(cfg.Workers, defaultWorkers)}
+	return nil
+}
+
+// Notifier enqueues notifications through the process's River client.
 type Notifier struct {
-	pool       *pgxpool.Pool
-	client     *river.Client[pgx.Tx]
+	jobs       *river.Client[pgx.Tx]
 	insertOpts river.InsertOpts
 }
 
-// New prepares a Notifier on pool's database, whose River tables `onceledger migrate up` created.
-// It enqueues at once; it delivers only after Start.
-func New(pool *pgxpool.Pool, cfg Config) (*Notifier, error) {
-	if cfg.URL == "" || cfg.Secret == "" {
-		return nil, errors.New("notify: a URL and a secret are required")
-	}
-	maxAttempts := cmp.Or(cfg.MaxAttempts, defaultMaxAttempts)
-	timeout := cmp.Or(cfg.Timeout, defaultTimeout)
-	w := &worker{
-		url: cfg.URL, secret: cfg.Secret, log: cfg.Log, http: &http.Client{},
-		retryBase: cmp.Or(cfg.RetryBase, defaultRetryBase), timeout: timeout, now: time.Now,
-	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, w)
-	river.AddWorker(workers, &eventWorker{w: w})
-	rc := &river.Config{
-		Logger:                      cfg.Log,
-		Workers:                     workers,
-		Queues:                      map[string]river.QueueConfig{queue: {MaxWorkers: cmp.Or(cfg.Workers, defaultWorkers)}},
-		MaxAttempts:                 maxAttempts,
-		JobTimeout:                  timeout,
-		DiscardedJobRetentionPeriod: discardedRetention,
-	}
-	if cfg.PollInterval > 0 {
-		rc.FetchPollInterval = cfg.PollInterval
-		rc.FetchCooldown = min(cfg.PollInterval, river.FetchCooldownDefault)
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	if err != nil {
-		return nil, fmt.Errorf("notify: %w", err)
-	}
+// NewNotifier enqueues through jobs, the process's River client; the workers AddWorkers registered
+// with it deliver what it enqueues.
+func NewNotifier(jobs *river.Client[pgx.Tx], cfg Config) *Notifier {
 	return &Notifier{
-		pool:   pool,
-		client: client,
+		jobs: jobs,
 		insertOpts: river.InsertOpts{
 			Queue:       queue,
-			MaxAttempts: maxAttempts,
+			MaxAttempts: cmp.Or(cfg.MaxAttempts, defaultMaxAttempts),
 			// Unique per notification id while its job exists in any state, delivered or given up.
 			UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()},
 		},
-	}, nil
+	}
 }
 
 // Enqueue inserts, in tx, one notification job per newly posted entry; it is made for
@@ -170,35 +154,8 @@ func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) e
 			InsertOpts: &n.insertOpts,
 		})
 	}
-	if _, err := n.client.InsertManyTx(ctx, tx, params); err != nil {
+	if _, err := n.jobs.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue %d notifications: %w", len(params), err)
-	}
-	return nil
-}
-
-// Start delivers notifications, committed before or after it, until Stop. It refuses to start on a
-// database whose River tables are missing or behind. Cancelling ctx cancels deliveries in flight; Stop
-// lets them finish.
-func (n *Notifier) Start(ctx context.Context) error {
-	if err := db.CheckRiverTables(ctx, n.pool); err != nil {
-		return err
-	}
-	if err := n.client.Start(ctx); err != nil {
-		return fmt.Errorf("start notifications (has `onceledger migrate up` run?): %w", err)
-	}
-	return nil
-}
-
-// Stop lets deliveries in flight finish (each is bounded by Config.Timeout) and stops; undelivered
-// notifications stay queued for the next start. When ctx ends first, deliveries are cancelled and
-// retried after the next start.
-func (n *Notifier) Stop(ctx context.Context) error {
-	err := n.client.Stop(ctx)
-	if err == nil {
-		return nil
-	}
-	if cancelErr := n.client.StopAndCancel(context.WithoutCancel(ctx)); cancelErr != nil {
-		return fmt.Errorf("stop notifications: %w", errors.Join(err, cancelErr))
 	}
 	return nil
 }
@@ -303,7 +260,7 @@ func (n *Notifier) EnqueueEvents(ctx context.Context, tx pgx.Tx, events []EventA
 	for i, e := range events {
 		params[i] = river.InsertManyParams{Args: e, InsertOpts: &n.insertOpts}
 	}
-	if _, err := n.client.InsertManyTx(ctx, tx, params); err != nil {
+	if _, err := n.jobs.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue %d event notifications: %w", len(params), err)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
@@ -71,35 +73,49 @@ func (r *receiver) keys() map[string]int {
 	return out
 }
 
-// testConfig delivers to url with fast polling and retries.
+// testConfig delivers to url with fast retries.
 func testConfig(t *testing.T, url string) notify.Config {
 	return notify.Config{
 		URL: url, Secret: secret, Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
-		RetryBase: 10 * time.Millisecond, PollInterval: 20 * time.Millisecond, Timeout: 5 * time.Second,
+		RetryBase: 10 * time.Millisecond, Timeout: 5 * time.Second,
 	}
 }
 
-// newNotifier returns a Notifier, stopped when the test ends (before its pool closes: cleanups run
-// last-registered first).
-func newNotifier(t *testing.T, pool *pgxpool.Pool, cfg notify.Config) *notify.Notifier {
+// notifier is a Notifier and the River client it enqueues through, built as the binary builds them
+// (the delivery workers registered), polling fast.
+type notifier struct {
+	*notify.Notifier
+	jobs *river.Client[pgx.Tx]
+}
+
+// newNotifier returns a notifier whose client is stopped when the test ends (before its pool closes:
+// cleanups run last-registered first).
+func newNotifier(t *testing.T, pool *pgxpool.Pool, cfg notify.Config) notifier {
 	t.Helper()
-	n, err := notify.New(pool, cfg)
+	workers, queues := river.NewWorkers(), map[string]river.QueueConfig{}
+	if err := notify.AddWorkers(workers, queues, cfg); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: cfg.Log, Workers: workers, Queues: queues,
+		FetchPollInterval: 20 * time.Millisecond, FetchCooldown: 20 * time.Millisecond,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := n.Stop(ctx); err != nil {
-			t.Errorf("stop notifier: %v", err)
+		if err := jobs.Stop(ctx); err != nil {
+			t.Errorf("stop notifications: %v", err)
 		}
 	})
-	return n
+	return notifier{notify.NewNotifier(jobs, cfg), jobs}
 }
 
-func start(t *testing.T, n *notify.Notifier) {
+func start(t *testing.T, n notifier) {
 	t.Helper()
-	if err := n.Start(context.Background()); err != nil {
+	if err := n.jobs.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -364,7 +380,7 @@ func TestDeliveryGivesUpAfterMaxAttempts(t *testing.T) {
 	if keys := recv.keys(); keys[id] != 4 {
 		t.Fatalf("receiver got %v, want %s 4 times", keys, id)
 	}
-	discarded, err := notify.ListDiscarded(ctx, pool, 10)
+	discarded, err := notify.ListDiscarded(ctx, n.jobs, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +444,7 @@ func TestCommittedWhileStoppedIsDeliveredAfterRestart(t *testing.T) {
 
 	before := newNotifier(t, pool, testConfig(t, recv.url))
 	start(t, before)
-	if err := before.Stop(ctx); err != nil {
+	if err := before.jobs.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	p, err := post(ctx, pool, db.Ledger{OnPosted: before.Enqueue}, topup("acct_restart", "evt_restart", 400))
@@ -486,10 +502,8 @@ func TestInterruptedDeliveryIsRetriedAfterRestart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first delivery never arrived")
 	}
-	// Shutdown with little grace: the delivery in flight is cancelled and stays queued.
-	stopCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	if err := before.Stop(stopCtx); err != nil {
+	// Shutdown out of grace: the delivery in flight is cancelled and stays queued.
+	if err := before.jobs.StopAndCancel(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// River gives the attempt back on shutdown: the job waits, available, for the next worker.

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
@@ -30,7 +29,7 @@ import (
 	"github.com/onceledger/onceledger/internal/notify"
 )
 
-// queue is River's queue for the PaymentIntent jobs; the Charger's client works no other.
+// queue is River's queue for the PaymentIntent jobs.
 const queue = "recharge"
 
 // Args is the job creating one attempt's PaymentIntent; unique per attempt while the job exists.
@@ -46,38 +45,31 @@ func (Args) Kind() string { return "recharge_payment_intent" }
 // however often the job runs.
 func IdempotencyKey(attemptID int64) string { return "recharge:" + strconv.FormatInt(attemptID, 10) }
 
-// Charger enqueues and, once started, works the PaymentIntent jobs.
+// Charger creates the attempts' PaymentIntents: the work of the jobs the Sweeper enqueues.
 type Charger struct {
 	pool   *db.Pool
-	client *river.Client[db.Tx]
 	stripe *client.API
 	log    *slog.Logger
-	opts   river.InsertOpts
 }
 
-// NewCharger prepares the jobs on pool's database, calling Stripe through sc (nil: no
-// STRIPE_SECRET_KEY; the jobs then fail and are retried until one is configured). River's default
-// backoff (attempt⁴ seconds, 25 attempts) covers a Stripe outage of days.
-func NewCharger(pool *db.Pool, sc *client.API, log *slog.Logger) (*Charger, error) {
-	c := &Charger{
-		pool: pool, stripe: sc, log: cmp.Or(log, slog.Default()),
-		opts: river.InsertOpts{Queue: queue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()}},
-	}
-	workers := river.NewWorkers()
+// NewCharger charges on pool's database, calling Stripe through sc (nil: no STRIPE_SECRET_KEY; the
+// jobs then fail and are retried until one is configured).
+func NewCharger(pool *db.Pool, sc *client.API, log *slog.Logger) *Charger {
+	return &Charger{pool: pool, stripe: sc, log: cmp.Or(log, slog.Default())}
+}
+
+// AddWorkers registers, for the process's River client, the worker of the PaymentIntent jobs (c's
+// Charge) on their own queue. River's default backoff (attempt⁴ seconds, 25 attempts) covers a
+// Stripe outage of days.
+func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, c *Charger) {
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[Args]) error {
 		return c.Charge(ctx, job.Args.AccountID, job.Args.AttemptID)
 	}))
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:  log,
-		Workers: workers,
-		Queues:  map[string]river.QueueConfig{queue: {MaxWorkers: 4}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("recharge: %w", err)
-	}
-	c.client = rc
-	return c, nil
+	queues[queue] = river.QueueConfig{MaxWorkers: 4}
 }
+
+// insertOpts: one job per attempt while it exists, in any state.
+var insertOpts = river.InsertOpts{Queue: queue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()}}
 
 // Charge creates the attempt's off-session PaymentIntent (the job's work). A resolved attempt is left
 // alone; a card Stripe declines (402) is not retried: Stripe's payment_intent.payment_failed resolves
@@ -139,34 +131,12 @@ func PaymentIntentParams(ch db.Charge) *stripe.PaymentIntentParams {
 	}
 }
 
-// Start works the jobs, committed before or after it, until Stop.
-func (c *Charger) Start(ctx context.Context) error {
-	if err := db.CheckRiverTables(ctx, c.pool); err != nil {
-		return err
-	}
-	if err := c.client.Start(ctx); err != nil {
-		return fmt.Errorf("start recharge jobs (has `onceledger migrate up` run?): %w", err)
-	}
-	return nil
-}
-
-// Stop lets jobs in flight finish; those cancelled when ctx ends run again after the next start.
-func (c *Charger) Stop(ctx context.Context) error {
-	err := c.client.Stop(ctx)
-	if err == nil {
-		return nil
-	}
-	if cancelErr := c.client.StopAndCancel(context.WithoutCancel(ctx)); cancelErr != nil {
-		return fmt.Errorf("stop recharge jobs: %w", errors.Join(err, cancelErr))
-	}
-	return nil
-}
-
 // Sweeper empties the outboxes into River jobs. Notifier may be nil (no NOTIFY_URL): alerts and
 // attempt outcomes then stay in their outbox.
 type Sweeper struct {
-	Pool     *db.Pool
-	Charger  *Charger
+	Pool *db.Pool
+	// Jobs is the process's River client, which enqueues the PaymentIntent jobs.
+	Jobs     *river.Client[db.Tx]
 	Notifier *notify.Notifier
 	Log      *slog.Logger
 	// Interval between sweeps (default 1s).
@@ -190,9 +160,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if len(attempts) > 0 {
 			params := make([]river.InsertManyParams, len(attempts))
 			for i, a := range attempts {
-				params[i] = river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &s.Charger.opts}
+				params[i] = river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &insertOpts}
 			}
-			if _, err := s.Charger.client.InsertManyTx(ctx, tx, params); err != nil {
+			if _, err := s.Jobs.InsertManyTx(ctx, tx, params); err != nil {
 				return fmt.Errorf("enqueue %d recharge jobs: %w", len(params), err)
 			}
 			n += len(params)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
@@ -59,6 +61,17 @@ func lowAccount(t *testing.T, pool *pgxpool.Pool, id string) db.Attempt {
 	return attempts[0]
 }
 
+// enqueueOnlySweeper sweeps into River's tables through a client that works nothing.
+func enqueueOnlySweeper(t *testing.T, pool *pgxpool.Pool) *recharge.Sweeper {
+	t.Helper()
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifier := notify.NewNotifier(jobs, notify.Config{URL: "http://127.0.0.1:1/unused", Secret: "s"})
+	return &recharge.Sweeper{Pool: pool, Jobs: jobs, Notifier: notifier}
+}
+
 // The job retried after its first run lost Stripe's answer (a crash, a timeout, a dropped connection
 // after Stripe acted) sends the same Idempotency-Key and so creates no second PaymentIntent.
 func TestChargeRetriedCreatesOnePaymentIntent(t *testing.T) {
@@ -68,10 +81,7 @@ func TestChargeRetriedCreatesOnePaymentIntent(t *testing.T) {
 	fake := stripefake.New()
 	t.Cleanup(fake.Close)
 	a := lowAccount(t, pool, "acct_retry")
-	charger, err := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet)
 	fake.LoseAnswers(1)
 	if err := charger.Charge(ctx, a.AccountID, a.ID); err == nil {
 		t.Fatal("a lost answer was taken for success")
@@ -114,15 +124,7 @@ func TestSweeperEnqueuesEachOnce(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	a := lowAccount(t, pool, "acct_sweep")
-	charger, err := recharge.NewCharger(pool, nil, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	notifier, err := notify.New(pool, notify.Config{URL: "http://127.0.0.1:1/unused", Secret: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier}
+	sweeper := enqueueOnlySweeper(t, pool)
 	// Two sweepers at once take different rows (SKIP LOCKED): together, each row once.
 	var wg sync.WaitGroup
 	counts := make([]int, 2)
@@ -145,7 +147,7 @@ func TestSweeperEnqueuesEachOnce(t *testing.T) {
 		t.Fatalf("a later sweep enqueued %d, %v", n, err)
 	}
 	var jobs int
-	err = pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'recharge_payment_intent' AND (args->>'attempt_id')::bigint = $1`, a.ID).Scan(&jobs)
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'recharge_payment_intent' AND (args->>'attempt_id')::bigint = $1`, a.ID).Scan(&jobs)
 	if err != nil || jobs != 1 {
 		t.Fatalf("%d recharge jobs, %v", jobs, err)
 	}
@@ -173,26 +175,27 @@ func TestRechargeRunsThroughRiver(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(receiver.Close)
-	charger, err := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet)
+	// One River client, as the binary builds it: the charger's and the notifications' workers.
+	workers, queues := river.NewWorkers(), map[string]river.QueueConfig{}
+	recharge.AddWorkers(workers, queues, recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet))
+	notifyCfg := notify.Config{URL: receiver.URL, Secret: "s", Log: quiet}
+	if err := notify.AddWorkers(workers, queues, notifyCfg); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: quiet, Workers: workers, Queues: queues, FetchPollInterval: 50 * time.Millisecond, FetchCooldown: 50 * time.Millisecond,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	notifier, err := notify.New(pool, notify.Config{URL: receiver.URL, Secret: "s", PollInterval: 50 * time.Millisecond, Log: quiet})
-	if err != nil {
+	if err := jobs.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := charger.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := notifier.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier, Interval: 50 * time.Millisecond, Log: quiet}
+	sweeper := &recharge.Sweeper{Pool: pool, Jobs: jobs, Notifier: notify.NewNotifier(jobs, notifyCfg), Interval: 50 * time.Millisecond, Log: quiet}
 	sweeper.Start(ctx)
 	t.Cleanup(func() {
 		sweeper.Stop()
-		_ = charger.Stop(ctx)
-		_ = notifier.Stop(ctx)
+		_ = jobs.Stop(ctx)
 	})
 	a := lowAccount(t, pool, "acct_river")
 	deadline := time.Now().Add(20 * time.Second)
@@ -220,15 +223,7 @@ func TestSweeperNotifiesEachOutcomeOnce(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	a := lowAccount(t, pool, "acct_outcomes")
-	charger, err := recharge.NewCharger(pool, nil, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	notifier, err := notify.New(pool, notify.Config{URL: "http://127.0.0.1:1/unused", Secret: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweeper := &recharge.Sweeper{Pool: pool, Charger: charger, Notifier: notifier}
+	sweeper := enqueueOnlySweeper(t, pool)
 	resolve := func(a db.Attempt, status string) {
 		t.Helper()
 		err := db.InTx(ctx, pool, func(tx db.Tx) error {

@@ -63,7 +63,7 @@ type Processor struct {
 	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
 	Stripe *client.API
 	// Reapply re-applies after commit the parked events a top-up cannot re-apply without calling
-	// Stripe (NewReapplier sets it); nil leaves them parked for `onceledger replay`.
+	// Stripe (through the process's River client); nil leaves them parked for `onceledger replay`.
 	Reapply *Reapplier
 	// Livemode is the deployment's mode (config.Config.Livemode): an event of the other mode is parked
 	// livemode_mismatch. Nil accepts both.
