@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/onceledger/onceledger/db"
 )
 
 // Discarded is a notification whose attempts ran out: River keeps its job as discarded.
@@ -25,7 +26,7 @@ type Discarded struct {
 // ListDiscarded returns the given-up notifications, most recently given up first, at most limit of
 // them. It asks River, through jobs (the process's River client), so that River's table stays River's
 // business.
-func ListDiscarded(ctx context.Context, jobs *river.Client[pgx.Tx], limit int) ([]Discarded, error) {
+func ListDiscarded(ctx context.Context, jobs *river.Client[db.Tx], limit int) ([]Discarded, error) {
 	res, err := jobs.JobList(ctx, river.NewJobListParams().
 		Kinds(Args{}.Kind()).
 		States(rivertype.JobStateDiscarded).

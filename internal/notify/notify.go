@@ -23,7 +23,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -115,13 +114,13 @@ func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, cfg
 
 // Notifier enqueues notifications through the process's River client.
 type Notifier struct {
-	jobs       *river.Client[pgx.Tx]
+	jobs       *river.Client[db.Tx]
 	insertOpts river.InsertOpts
 }
 
 // NewNotifier enqueues through jobs, the process's River client; the workers AddWorkers registered
 // with it deliver what it enqueues.
-func NewNotifier(jobs *river.Client[pgx.Tx], cfg Config) *Notifier {
+func NewNotifier(jobs *river.Client[db.Tx], cfg Config) *Notifier {
 	return &Notifier{
 		jobs: jobs,
 		insertOpts: river.InsertOpts{
@@ -136,7 +135,7 @@ func NewNotifier(jobs *river.Client[pgx.Tx], cfg Config) *Notifier {
 // Enqueue inserts, in tx, one notification job per newly posted entry; it is made for
 // db.Ledger.OnPosted. The jobs commit or roll back with the entries; an entry that already has a
 // job gets no second one.
-func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) error {
+func (n *Notifier) Enqueue(ctx context.Context, tx db.Tx, posted []db.Posted) error {
 	params := make([]river.InsertManyParams, 0, len(posted))
 	// River rejects a batch holding one unique job twice; an entry listed twice is still one notification.
 	listed := make(map[int64]bool, len(posted))
@@ -252,7 +251,7 @@ type EventArgs struct {
 func (EventArgs) Kind() string { return "account_event_notification" }
 
 // EnqueueEvents inserts, in tx, one job per event; an event whose id already has a job gets no second.
-func (n *Notifier) EnqueueEvents(ctx context.Context, tx pgx.Tx, events []EventArgs) error {
+func (n *Notifier) EnqueueEvents(ctx context.Context, tx db.Tx, events []EventArgs) error {
 	if len(events) == 0 {
 		return nil
 	}
