@@ -40,7 +40,7 @@ func TestWebhookParksAmountsOutOfRange(t *testing.T) {
 	// A balance already near the top (written straight to the ledger): the credit's own balance
 	// update overflows, and the event parks instead of failing.
 	err := db.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
-		_, err := (db.Ledger{}).Post(context.Background(), tx, db.Posting{AccountID: "acct_max", Kind: db.KindTopup, Amount: math.MaxInt64 - 5, DedupeKey: "stripe:evt_seed_max"})
+		_, err := new(db.Ledger).Post(context.Background(), tx, db.Posting{AccountID: "acct_max", Kind: db.KindTopup, Amount: math.MaxInt64 - 5, DedupeKey: "stripe:evt_seed_max"})
 		return err
 	})
 	if err != nil {

@@ -21,11 +21,11 @@ import (
 func FuzzWebhookBody(f *testing.F) {
 	pool := dbtest.New(f)
 	ctx := context.Background()
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_1", "gbp", 0); err != nil {
+	if _, err := dbtest.Ledger(f, pool).CreateAccount(ctx, "acct_1", "gbp", 0); err != nil {
 		f.Fatal(err)
 	}
 	// No Stripe key: charge.refunded without a refund list parks instead of calling out.
-	handler := api.NewHandler(api.WiredDeps(pool, config.Config{WebhookSecrets: []string{testSecret}}, discardLog(), db.Ledger{}))
+	handler := api.NewHandler(api.WiredDeps(pool, config.Config{WebhookSecrets: []string{testSecret}}, discardLog(), db.LedgerConfig{}))
 	rows := func(t *testing.T) int {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM stripe_events) + (SELECT count(*) FROM ledger) + (SELECT count(*) FROM topups)`).Scan(&n)

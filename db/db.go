@@ -86,11 +86,6 @@ func InTx(ctx context.Context, b Beginner, fn func(tx Tx) error) (err error) {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, nested := b.(Tx); !nested {
-		if err := propagateLotTTLs(ctx, tx); err != nil {
-			return err
-		}
-	}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -233,21 +233,6 @@ func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent
 	return true, disabled, nil
 }
 
-// MarkTopupPaidByID moves an order without a session (a recharge's) from pending to paid, at most
-// once, like MarkTopupPaid. ErrDedupeConflict when the payment already paid another order.
-func MarkTopupPaidByID(ctx context.Context, q Conn, id, paymentIntent, eventID string) (order Topup, paid bool, err error) {
-	r, err := dbsqlc.New(q).TopupsMarkPaidByID(ctx, dbsqlc.TopupsMarkPaidByIDParams{
-		ID: id, PaymentIntent: &paymentIntent, PaidEventID: &eventID,
-	})
-	if isNoRows(err) {
-		return Topup{}, false, nil
-	}
-	if err != nil {
-		return Topup{}, false, fmt.Errorf("mark order %s paid: %w", id, MapError(err))
-	}
-	return topupFromRow(r), true, nil
-}
-
 // AttemptRef names one attempt.
 type AttemptRef struct {
 	AccountID string

@@ -73,7 +73,7 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	proxy, url := newFaultProxy(t, direct)
 	ctx := context.Background()
 	pool := openPool(t, direct)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_outage", "gbp", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_outage", "gbp", 0); err != nil {
 		t.Fatal(err)
 	}
 	base := startServe(t, map[string]string{"DATABASE_URL": url, "STRIPE_WEBHOOK_SECRET": loadSecret})

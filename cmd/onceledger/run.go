@@ -108,11 +108,11 @@ func (e env) databaseURL(ctx context.Context) (string, error) {
 	return pglocal.Database(ctx, server, "onceledger")
 }
 
-// openPool opens the configured database, sized by DB_MAX_CONNS, its connections carrying the lot lifetimes.
+// openPool opens the configured database, sized by DB_MAX_CONNS.
 func (e env) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	url, err := e.databaseURL(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return db.Open(ctx, url, db.WithMaxConns(e.cfg.DBMaxConns), db.WithLotTTLs(e.cfg.PaidCreditTTL, e.cfg.GrantTTL))
+	return db.Open(ctx, url, db.WithMaxConns(e.cfg.DBMaxConns))
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/reconcile"
 )
@@ -27,9 +26,7 @@ func serve(ctx context.Context, e env) error {
 	defer w.close() // after the HTTP server drained: notifications stop, then the pool closes
 	m.WatchPool(w.pool)
 	deps := api.Deps{
-		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger,
-		Poster: db.NewPoster(w.pool, w.ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(w.pool, db.PosterOptions{}),
-		Stripe: w.stripe, Events: w.events,
+		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger, Stripe: w.stripe, Events: w.events,
 	}
 
 	srv := &http.Server{

@@ -18,11 +18,12 @@ import (
 const notifyStopTimeout = 15 * time.Second
 
 // wiring is what the commands that move money share, each built once here from the configuration and
-// handed in (api.Deps, reconcile.Deps): the pool, the Ledger every entry is posted through, the one
-// Stripe client and the one processor of Stripe events.
+// handed in (api.Deps, reconcile.Deps): the pool, the Ledger every entry is posted through (the one
+// road into the money, with its group commit), the one Stripe client and the one processor of Stripe
+// events.
 type wiring struct {
 	pool   *pgxpool.Pool
-	ledger db.Ledger
+	ledger *db.Ledger
 	// stripe is nil when STRIPE_SECRET_KEY is unset.
 	stripe *client.API
 	events *stripeevents.Processor
@@ -38,7 +39,11 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 	if err != nil {
 		return nil, err
 	}
-	w := &wiring{pool: pool, ledger: db.Ledger{Observe: observe}, close: pool.Close}
+	w := &wiring{pool: pool, close: pool.Close}
+	ledgerCfg := db.LedgerConfig{
+		Observe: observe, PaidCreditTTL: e.cfg.PaidCreditTTL, GrantTTL: e.cfg.GrantTTL,
+		GroupCheckouts: e.cfg.WebhookGroupCommit,
+	}
 	var notifier *notify.Notifier
 	if e.cfg.NotifyURL != "" {
 		n, err := notify.New(pool, notify.Config{URL: e.cfg.NotifyURL, Secret: e.cfg.NotifySecret, Log: e.log})
@@ -46,7 +51,7 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 			pool.Close()
 			return nil, err
 		}
-		w.ledger.OnPosted = n.Enqueue
+		ledgerCfg.OnPosted = n.Enqueue
 		notifier = n
 		if deliver {
 			// Not ctx: a signal must not cancel deliveries in flight; close lets them finish first.
@@ -64,11 +69,14 @@ func (e env) wire(ctx context.Context, deliver bool, observe func(kind, result s
 			}
 		}
 	}
+	// Which backend the database runs on, asked once, for the life of the process.
+	if ledgerCfg.Distributed, err = db.Distributed(ctx, pool); err != nil {
+		w.close()
+		return nil, err
+	}
+	w.ledger = db.NewLedger(pool, ledgerCfg)
 	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase)
 	w.events = &stripeevents.Processor{Pool: pool, Ledger: w.ledger, Stripe: w.stripe, Livemode: e.cfg.Livemode, Log: e.log}
-	if e.cfg.WebhookGroupCommit {
-		w.events.Checkouts = db.NewCheckoutGrouper(pool, w.ledger)
-	}
 	if e.cfg.Livemode == nil {
 		e.log.Warn("Stripe mode unknown: events of test and live mode are both accepted; set STRIPE_SECRET_KEY or STRIPE_LIVEMODE")
 	}

@@ -240,12 +240,10 @@ func newConsoleServer(t *testing.T) *consoleServer {
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// Wired as the binary wires it: one Ledger, Poster, hold authoriser and event processor (no Stripe
-	// key here).
-	var ledger db.Ledger
+	// Wired as the binary wires it: one Ledger and event processor (no Stripe key here).
+	ledger := dbtest.Ledger(t, pool)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
-		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(pool, db.PosterOptions{}),
 		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log},
 	}))
 	t.Cleanup(srv.Close)

@@ -152,12 +152,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Notifier, error) {
 // Enqueue inserts, in tx, one notification job per newly posted entry; it is made for
 // db.Ledger.OnPosted. The jobs commit or roll back with the entries; an entry that already has a
 // job gets no second one.
-func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) error {
-	params := make([]river.InsertManyParams, 0, len(posted))
+func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, entries []db.Entry) error {
+	params := make([]river.InsertManyParams, 0, len(entries))
 	// River rejects a batch holding one unique job twice; an entry listed twice is still one notification.
-	listed := make(map[int64]bool, len(posted))
-	for _, p := range posted {
-		e := p.Entry
+	listed := make(map[int64]bool, len(entries))
+	for _, e := range entries {
 		if listed[e.ID] {
 			continue
 		}
@@ -165,7 +164,7 @@ func (n *Notifier) Enqueue(ctx context.Context, tx pgx.Tx, posted []db.Posted) e
 		params = append(params, river.InsertManyParams{
 			Args: Args{
 				ID: NotificationID(e.ID), AccountID: e.AccountID, EntryKind: e.Kind, Amount: e.Amount,
-				Balance: p.Balance, CreatedAt: e.CreatedAt.UTC(),
+				Balance: e.BalanceAfter, CreatedAt: e.CreatedAt.UTC(),
 			},
 			InsertOpts: &n.insertOpts,
 		})

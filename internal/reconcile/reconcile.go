@@ -23,7 +23,7 @@ import (
 type Deps struct {
 	Pool *db.Pool
 	// Ledger's OnPosted hook receives every usage entry billing inserts, in the chunk's transaction.
-	Ledger db.Ledger
+	Ledger *db.Ledger
 	// Stripe and Events enable missed-event recovery; with either nil, recovery is skipped. Events is
 	// the webhook's own processor, so a recovered event is applied exactly as its delivery would be.
 	Stripe *client.API
@@ -52,7 +52,7 @@ type Options struct {
 // and any number of reconcilers may share a database.
 type Reconciler struct {
 	pool          *db.Pool
-	ledger        db.Ledger
+	ledger        *db.Ledger
 	stripe        *client.API
 	events        *stripeevents.Processor
 	metrics       *Metrics
@@ -142,7 +142,7 @@ const expireLotAccounts = 1000
 func (r *Reconciler) ExpireLots(ctx context.Context) (int, error) {
 	var n int
 	for {
-		posted, more, err := r.ledger.ExpireLots(ctx, r.pool, expireLotAccounts)
+		posted, more, err := r.ledger.ExpireLots(ctx, expireLotAccounts)
 		n += len(posted)
 		if err != nil || !more {
 			return n, err

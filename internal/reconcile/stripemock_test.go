@@ -19,8 +19,8 @@ func TestEventListAcceptedByStripeMock(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	sc := stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t))
-	events := &stripeevents.Processor{Pool: pool, Stripe: sc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	rep, err := reconcile.New(reconcile.Deps{Pool: pool, Stripe: sc, Events: events}, reconcile.Options{}).Recover(context.Background())
+	events := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: sc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: sc, Events: events}, reconcile.Options{}).Recover(context.Background())
 	if err != nil {
 		t.Fatalf("stripe-mock refused the events list: %v", err)
 	}

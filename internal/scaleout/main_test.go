@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (int, error) {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cluster, err := pglocal.StartCluster(ctx, filepath.Join("..", ".data"), log)
+	cluster, err := pglocal.StartCluster(ctx, filepath.Join("..", "..", ".data"), log)
 	if err != nil {
 		return 1, fmt.Errorf("no Citus cluster: %w", err)
 	}

@@ -144,12 +144,6 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	if err != nil {
 		return outcome{}, err
 	}
-	err = db.InsertTopupForSession(ctx, tx, db.Topup{
-		ID: s.ID, AccountID: acct.ID, SessionID: s.ID, Amount: s.AmountTotal, Currency: acct.Currency,
-	})
-	if err != nil {
-		return outcome{}, err
-	}
 	if s.Customer.ID != "" {
 		// A session that saves the card (save_payment_method): its customer is the account's.
 		if err := db.SetStripeCustomer(ctx, tx, acct.ID, s.Customer.ID); err != nil {
@@ -157,7 +151,11 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		}
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
-	order, paid, err := db.MarkTopupPaid(ctx, tx, s.ID, paymentIntent, ev.ID)
+	// The session's order moves from pending to paid, or is recorded paid if the session has none.
+	order, paid, err := db.PayTopup(ctx, tx, db.Topup{
+		ID: s.ID, AccountID: acct.ID, SessionID: s.ID, PaymentIntent: paymentIntent, Amount: s.AmountTotal,
+		Currency: acct.Currency,
+	}, ev.ID)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		// The payment already paid another order (topups_payment_intent_key).
 		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: paymentIntent, cause: err}
@@ -371,7 +369,7 @@ func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, pa
 		}
 		posted, err = p.post(ctx, tx, &out, db.Posting{
 			AccountID: acct.ID, Kind: r.restoreKind, Amount: r.amount, Description: r.description + " undone",
-			DedupeKey: r.restoreKey, PaymentIntent: paymentIntent,
+			DedupeKey: r.restoreKey, PaymentIntent: paymentIntent, Reverses: r.key,
 		})
 		if err != nil {
 			return outcome{}, err
@@ -434,8 +432,8 @@ func (p *Processor) post(ctx context.Context, tx db.Tx, out *outcome, posting db
 	if err != nil {
 		return false, err
 	}
-	if posted.Posted {
+	if posted.New {
 		out.posted = append(out.posted, posting.DedupeKey)
 	}
-	return posted.Posted, nil
+	return posted.New, nil
 }

@@ -100,7 +100,9 @@ func (p *Processor) rechargePaid(ctx context.Context, tx db.Tx, ev event, order 
 		return outcome{}, park(ReasonAmountMismatch, pi.ID)
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: pi.ID}
-	paidOrder, paid, err := db.MarkTopupPaidByID(ctx, tx, order.ID, pi.ID, ev.ID)
+	// The order has no session: named by its id. Its payment is this PaymentIntent.
+	order.SessionID, order.PaymentIntent = "", pi.ID
+	paidOrder, paid, err := db.PayTopup(ctx, tx, order, ev.ID)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: pi.ID, cause: err}
 	}

@@ -130,6 +130,16 @@ type LedgerEntry struct {
 	Seq int64
 	// The account's balance right after this entry: previous balance_after + amount, in seq order (the first entry: amount). Held by ledger_chain_advance and checked by verify.
 	BalanceAfter int64
+	// For an expiry or void entry: the lot whose remaining it takes (and ledger_lots closes).
+	LotID *int64
+	// For a restore (refund_restore, dispute_won): the reversal it undoes, whose lot draws ledger_lots refills.
+	ReversesEntryID *int64
+	// For a credit: the category of the lot it makes, when the posting chose one (default: paid for top-ups, promotional otherwise).
+	LotCategory *string
+	// For a credit: the priority of the lot it makes (default 50).
+	LotPriority *int16
+	// For a credit: when the lot it makes expires (the posting's own time, or the configured lifetime of paid and grant lots from the entry's created_at); NULL: never.
+	LotExpiresAt *time.Time
 }
 
 // The debits not yet fully drawn: the account's debt, debit by debit. The next credit's lot draws them oldest first (by seq) and the row goes once the debit is covered.
@@ -158,15 +168,6 @@ type LotRefill struct {
 	EntryID int64
 	LotID   int64
 	Amount  int64
-}
-
-// The lot a credit asked for before it was posted (a positive adjustment's category, priority and expiry), found by the credit's dedupe key when ledger_lots makes its lot. The first terms stored under a key stand.
-type LotTerm struct {
-	AccountID string
-	DedupeKey string
-	Category  string
-	Priority  int16
-	ExpiresAt *time.Time
 }
 
 // One automatic top-up per low-balance episode of an account, inserted by accounts_available_watch in the transaction of the debit that left available below the threshold. It owns a pending top-up order (topup_id) that only payment_intent.succeeded pays. It is also the outbox of its PaymentIntent job and of its notification.
