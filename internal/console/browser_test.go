@@ -233,13 +233,16 @@ type consoleServer struct {
 	t    *testing.T
 	url  string
 	pool *db.Pool
+	// logs is what the server logged.
+	logs *syncBuffer
 }
 
 func newConsoleServer(t *testing.T) *consoleServer {
 	t.Helper()
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	// Wired as the binary wires it: one Ledger, Poster, hold authoriser and event processor (no Stripe
 	// key here).
 	var ledger db.Ledger
@@ -249,7 +252,7 @@ func newConsoleServer(t *testing.T) *consoleServer {
 		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log},
 	}))
 	t.Cleanup(srv.Close)
-	return &consoleServer{t: t, url: srv.URL, pool: pool}
+	return &consoleServer{t: t, url: srv.URL, pool: pool, logs: logs}
 }
 
 // deliver signs body as Stripe does and posts it to the webhook.
