@@ -55,12 +55,13 @@ chromium: ## install Chromium for the console's browser tests when it is missing
 screenshots: chromium ## retake the console's screenshots into docs/console/ (the browser test, CONSOLE_SCREENSHOTS=1)
 	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./internal/console
 
-verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook body, JSON decoding and the id formats
+verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook's signature check and event parsing, JSON decoding and the id formats
 	$(SQLC) diff
 	go vet ./...
 	go vet -tags citus ./internal/scaleout
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
 	go test -run '^$$' -fuzz '^FuzzWebhookBody$$' -fuzztime 10s ./api
+	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime 10s ./internal/stripeevents
 	go test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime 10s ./api
 	go test -run '^$$' -fuzz '^FuzzIDPattern$$' -fuzztime 10s ./api
 
