@@ -3,6 +3,10 @@
 # Tool versions, pinned in one place. Tools install into .bin/ on first use.
 SQLC_VERSION      := v1.31.1
 GOTESTSUM_VERSION := v1.13.0
+# The Go release everything is built and tested with, for its security fixes (GO-2026-6859 among them):
+# the go command fetches it through the module proxy on first use. .ci/run reads it from here.
+GO_TOOLCHAIN      := go1.27.3
+export GOTOOLCHAIN := $(GO_TOOLCHAIN)
 
 BIN       := $(CURDIR)/.bin
 SQLC      := $(BIN)/sqlc-$(SQLC_VERSION)
