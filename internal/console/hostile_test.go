@@ -1,36 +1,27 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"html"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
 )
 
-// syncBuffer is a log destination that concurrent requests can write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// logs is what the server has logged so far.
+func (s *consoleServer) logs() string {
+	s.t.Helper()
+	logs, err := os.ReadFile(s.logFile)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return string(logs)
 }
 
 // loggedIn is a client with a logged-in session.
@@ -90,7 +81,7 @@ func TestConsoleRefusesTextTheDatabaseCannotHold(t *testing.T) {
 			}
 		}
 	}
-	if logs := s.logs.String(); strings.Contains(logs, "level=ERROR") {
+	if logs := s.logs(); strings.Contains(logs, "level=ERROR") {
 		t.Fatalf("the console logged errors for a visitor's bad input:\n%s", logs)
 	}
 }
