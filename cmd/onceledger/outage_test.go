@@ -84,6 +84,8 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	}
 
 	proxy.Cut()
+	// /readyz answers from a check at most a second old: once a check has seen the outage, every probe says so.
+	waitStatus(t, base+"/readyz", http.StatusServiceUnavailable, 5*time.Second)
 	for range 20 {
 		if got := statusOf(t, base+"/readyz"); got != http.StatusServiceUnavailable {
 			t.Fatalf("/readyz during the outage = %d, want 503", got)

@@ -233,13 +233,22 @@ type consoleServer struct {
 	t    *testing.T
 	url  string
 	pool *db.Pool
+	// logFile holds what the server logged.
+	logFile string
 }
 
 func newConsoleServer(t *testing.T) *consoleServer {
 	t.Helper()
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// A file: concurrent requests may write to it at once.
+	logFile := filepath.Join(t.TempDir(), "console.log")
+	logs, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logs.Close() })
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	// Wired as the binary wires it: one Ledger and event processor (no Stripe key here).
 	ledger := dbtest.Ledger(t, pool)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{
@@ -247,7 +256,7 @@ func newConsoleServer(t *testing.T) *consoleServer {
 		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log},
 	}))
 	t.Cleanup(srv.Close)
-	return &consoleServer{t: t, url: srv.URL, pool: pool}
+	return &consoleServer{t: t, url: srv.URL, pool: pool, logFile: logFile}
 }
 
 // deliver signs body as Stripe does and posts it to the webhook.

@@ -54,7 +54,9 @@ type console struct {
 func New(d Deps) http.Handler {
 	c := &console{Deps: d, sessions: newSessions(), pages: parsePages()}
 
-	r := mux.NewRouter()
+	// Routes match the path as sent, still escaped, so that an id holding a / or being .. names its own
+	// page; handlers read it through pathID.
+	r := mux.NewRouter().UseEncodedPath()
 	r.NotFoundHandler = c.handle(func(http.ResponseWriter, *http.Request) error { return errNotFound })
 	r.MethodNotAllowedHandler = c.handle(func(http.ResponseWriter, *http.Request) error { return errMethodNotAllowed })
 	r.Handle("/console", http.RedirectHandler("/console/", http.StatusMovedPermanently))

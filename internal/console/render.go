@@ -59,6 +59,7 @@ var templateFuncs = template.FuncMap{
 	"ago":     ago,
 	"until":   until,
 	"sign":    signClass,
+	"segment": pathSegment,
 }
 
 // groupDigits writes minor units with thousands separators: -1234567 → "-1,234,567". Amounts are

@@ -102,17 +102,16 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	if res, done, err := p.payCheckout(ctx, ev, raw); done {
 		return res, err
 	}
-	if ev.Type == "charge.refunded" {
-		// Its effects need the charge's refund list from Stripe; a redelivery needs none, and must stay
-		// a duplicate while Stripe is down. A committed row proves it; db.RecordEvent below still
-		// decides for a delivery that arrives while the first is in flight.
-		recorded, err := db.EventRecorded(ctx, p.Pool, ev.ID)
-		if err != nil {
-			return Result{EventID: ev.ID, Type: ev.Type}, err
-		}
-		if recorded {
-			return p.duplicate(ctx, ev), nil
-		}
+	// Applying an event may need Stripe first (a refund list, a charge's payment, a saved card); a
+	// redelivery needs nothing, and must be a duplicate while Stripe is down, and cost Stripe no call
+	// while it is up. A committed row proves it; db.RecordEvent below still decides for a delivery that
+	// arrives while the first is in flight.
+	recorded, err := db.EventRecorded(ctx, p.Pool, ev.ID)
+	if err != nil {
+		return Result{EventID: ev.ID, Type: ev.Type}, err
+	}
+	if recorded {
+		return p.duplicate(ctx, ev), nil
 	}
 	f, err := p.prefetch(ctx, &ev)
 	if err != nil {

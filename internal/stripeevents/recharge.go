@@ -140,7 +140,8 @@ type savedCard struct {
 
 // prefetchCard asks Stripe, before the transaction, for the card a completed Checkout Session saved
 // (save_payment_method): the session names the customer, only its PaymentIntent names the card. Best
-// effort: the credit never waits on it, and the payment's payment_intent.succeeded records the card too.
+// effort, under the caller's short deadline (creditWait): the credit does not wait for more, and the
+// payment's payment_intent.succeeded records the card too.
 func (p *Processor) prefetchCard(ctx context.Context, ev event) *savedCard {
 	if ev.Type != "checkout.session.completed" && ev.Type != "checkout.session.async_payment_succeeded" || p.Stripe == nil {
 		return nil

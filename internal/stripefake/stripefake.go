@@ -40,6 +40,7 @@ type Server struct {
 	queries  []url.Values                 // of every GET /v1/events
 	calls    int
 	failWith int
+	hang     bool
 
 	intents        map[string]json.RawMessage // PaymentIntent id → the PaymentIntent retrieved
 	customers      []url.Values
@@ -96,6 +97,14 @@ func (s *Server) FailWith(status int) {
 	s.failWith = status
 }
 
+// Hang makes every call be accepted and never answered, each waiting until its caller gives up (a
+// Stripe that hangs), until Hang(false).
+func (s *Server) Hang(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hang = on
+}
+
 // Sessions returns the form of every Checkout Session created so far, in order (a request answered
 // by its Idempotency-Key creates none).
 func (s *Server) Sessions() []url.Values {
@@ -126,8 +135,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.calls++
-	failWith := s.failWith
+	failWith, hang := s.failWith, s.hang
 	s.mu.Unlock()
+	if hang {
+		<-r.Context().Done()
+		return
+	}
 	if failWith != 0 {
 		writeError(w, failWith, "the stand-in was told to fail")
 		return
