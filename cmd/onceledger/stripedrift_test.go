@@ -98,7 +98,7 @@ func TestReconcileStripeWindowFlags(t *testing.T) {
 // yesterday that never reached the ledger shows in onceledger_stripe_drift.
 func TestServeChecksStripeDriftInTheBackground(t *testing.T) {
 	t.Parallel()
-	yesterdayNoon := time.Now().Add(-time.Hour).UTC().Truncate(24*time.Hour).Add(-12 * time.Hour)
+	yesterdayNoon := time.Now().Add(-time.Hour).UTC().Truncate(24 * time.Hour).Add(-12 * time.Hour)
 	url, stripeAPI, _ := driftFixture(t, "acct_drift_bg", yesterdayNoon)
 	base := startServe(t, map[string]string{
 		"DATABASE_URL": url, "STRIPE_SECRET_KEY": stripefake.SecretKey, "STRIPE_API_BASE": stripeAPI.URL,
