@@ -322,8 +322,9 @@ type driftCheck struct {
 	// payments by PaymentIntent, refunds and disputes by id: this deployment's objects to check.
 	payments  map[string]*payment
 	reversals map[string]*reversalObject
-	// orders by PaymentIntent, session and id.
+	// orders by PaymentIntent, session and id; parked, the payments with a parked event.
 	byIntent, bySession, byID map[string]*db.Topup
+	parked                    map[string]bool
 	// credits are the window's money-backed credits; creditObject names the object each belongs to.
 	credits      []db.Entry
 	creditObject map[int64]string
@@ -360,6 +361,16 @@ func (c *driftCheck) sortOut(ctx context.Context, l listing) error {
 	}
 	if err := c.readOrders(ctx, intents, sessions, ids); err != nil {
 		return err
+	}
+	// A payment whose event reached this deployment and was parked (its account not created yet, an
+	// amount its order does not allow, ...) is ours too, order or not.
+	parked, err := db.ParkedEventsForObjects(ctx, c.r.pool, compact(intents), compact(slices.Concat(intents, sessions)))
+	if err != nil {
+		return err
+	}
+	c.parked = map[string]bool{}
+	for _, e := range parked {
+		c.parked[e.PaymentIntent] = true
 	}
 
 	c.payments = map[string]*payment{}
@@ -430,9 +441,10 @@ func (c *driftCheck) readOrders(ctx context.Context, intents, sessions, ids []st
 	return nil
 }
 
-// orderOf is this deployment's order of a Stripe object, or nil: the order of its session or its
+// orderOf is this deployment's order of a Stripe payment, or nil: the order of its session or its
 // PaymentIntent, or the one its metadata topup_id names, when its metadata account_id (if any) is that
-// order's account. Another deployment's objects name orders this database does not hold.
+// order's account. Another deployment's objects name orders this database does not hold. A payment
+// with a parked event here and no order gets an order of the account its metadata names (none: "").
 func (c *driftCheck) orderOf(metadata map[string]string, session, paymentIntent string) *db.Topup {
 	if o := c.bySession[session]; session != "" && o != nil {
 		return o
@@ -443,6 +455,9 @@ func (c *driftCheck) orderOf(metadata map[string]string, session, paymentIntent 
 	if o := c.byID[metadata["topup_id"]]; o != nil && (metadata["account_id"] == "" || metadata["account_id"] == o.AccountID) {
 		return o
 	}
+	if c.parked[paymentIntent] {
+		return &db.Topup{AccountID: metadata["account_id"]}
+	}
 	return nil
 }
 
@@ -451,24 +466,24 @@ func (c *driftCheck) addPayment(p *payment) {
 	c.rep.Payments++
 }
 
-// addReversal keeps a refund or dispute of one of this deployment's payments (accountID, when given,
-// is the account of the credit that names it).
-func (c *driftCheck) addReversal(kind *reversalKind, id string, pi *stripe.PaymentIntent, ch *stripe.Charge, amount int64, currency, status, caseType string, created int64, accountID string) {
+// addReversal keeps a refund or dispute of one of this deployment's payments, on its account: the
+// payment's, or for one fetched by id, that of the credit naming it (creditAccount).
+func (c *driftCheck) addReversal(kind *reversalKind, id string, pi *stripe.PaymentIntent, ch *stripe.Charge, amount int64, currency, status, caseType string, created int64, creditAccount string) {
 	o := &reversalObject{kind: kind, id: id, amount: amount, currency: currency, status: status, caseType: caseType,
-		created: time.Unix(created, 0), accountID: accountID}
+		created: time.Unix(created, 0), accountID: creditAccount}
 	if pi != nil {
 		o.paymentIntent = pi.ID
 	}
 	if ch != nil {
 		o.charge = ch.ID
 	}
-	if p := c.payments[o.paymentIntent]; o.paymentIntent != "" && p != nil {
+	switch p, order := c.payments[o.paymentIntent], c.byIntent[o.paymentIntent]; {
+	case p != nil:
 		o.accountID = p.order.AccountID
-	} else if order := c.byIntent[o.paymentIntent]; o.paymentIntent != "" && order != nil {
+	case order != nil:
 		o.accountID = order.AccountID
-	}
-	if o.accountID == "" && accountID == "" {
-		c.rep.Others++
+	case creditAccount == "":
+		c.rep.Others++ // a payment that is not ours
 		return
 	}
 	c.reversals[id] = o
