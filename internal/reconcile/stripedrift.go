@@ -410,11 +410,7 @@ func (c *driftCheck) sortOut(ctx context.Context, l listing) error {
 		c.addReversal(&refundKind, re.ID, re.PaymentIntent, re.Charge, re.Amount, string(re.Currency), string(re.Status), "", re.Created, "")
 	}
 	for _, d := range l.disputes {
-		var caseType string
-		if d.PaymentMethodDetails != nil && d.PaymentMethodDetails.Card != nil {
-			caseType = string(d.PaymentMethodDetails.Card.CaseType)
-		}
-		c.addReversal(&disputeKind, d.ID, d.PaymentIntent, d.Charge, d.Amount, string(d.Currency), string(d.Status), caseType, d.Created, "")
+		c.addReversal(&disputeKind, d.ID, d.PaymentIntent, d.Charge, d.Amount, string(d.Currency), string(d.Status), caseType(d), d.Created, "")
 	}
 	return nil
 }
@@ -550,17 +546,12 @@ func (c *driftCheck) readCredits(ctx context.Context) error {
 
 // fetchIntent fetches the PaymentIntent a credit names and checks it as a payment, whatever its status.
 func (c *driftCheck) fetchIntent(ctx context.Context, id string) error {
-	params := &stripe.PaymentIntentParams{}
-	params.Context = ctx
-	pi, err := c.r.stripe.PaymentIntents.Get(id, params)
-	if c.missing(err) {
-		c.unknownObject(id)
-		return nil
+	pi, found, err := fetch(c, "PaymentIntent", id, func() (*stripe.PaymentIntent, error) {
+		return c.r.stripe.PaymentIntents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+	})
+	if !found {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("stripe drift: retrieve PaymentIntent %s: %w", id, err)
-	}
-	c.rep.Retrieved++
 	order := c.byIntent[id]
 	if order == nil {
 		// The ledger credited it, so it is ours: the order is the credit's.
@@ -573,46 +564,50 @@ func (c *driftCheck) fetchIntent(ctx context.Context, id string) error {
 	return nil
 }
 
+// fetchRefund fetches the refund a restore names and checks it.
 func (c *driftCheck) fetchRefund(ctx context.Context, credit db.Entry, id string) error {
-	params := &stripe.RefundParams{}
-	params.Context = ctx
-	re, err := c.r.stripe.Refunds.Get(id, params)
-	if c.missing(err) {
-		c.unknownObject(id)
-		return nil
+	re, found, err := fetch(c, "refund", id, func() (*stripe.Refund, error) {
+		return c.r.stripe.Refunds.Get(id, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
+	})
+	if found {
+		c.addReversal(&refundKind, re.ID, re.PaymentIntent, re.Charge, re.Amount, string(re.Currency), string(re.Status), "", re.Created, credit.AccountID)
 	}
-	if err != nil {
-		return fmt.Errorf("stripe drift: retrieve refund %s: %w", id, err)
-	}
-	c.rep.Retrieved++
-	c.addReversal(&refundKind, re.ID, re.PaymentIntent, re.Charge, re.Amount, string(re.Currency), string(re.Status), "", re.Created, credit.AccountID)
-	return nil
+	return err
 }
 
+// fetchDispute fetches the dispute a won dispute's restore names and checks it.
 func (c *driftCheck) fetchDispute(ctx context.Context, credit db.Entry, id string) error {
-	params := &stripe.DisputeParams{}
-	params.Context = ctx
-	d, err := c.r.stripe.Disputes.Get(id, params)
-	if c.missing(err) {
-		c.unknownObject(id)
-		return nil
+	d, found, err := fetch(c, "dispute", id, func() (*stripe.Dispute, error) {
+		return c.r.stripe.Disputes.Get(id, &stripe.DisputeParams{Params: stripe.Params{Context: ctx}})
+	})
+	if found {
+		c.addReversal(&disputeKind, d.ID, d.PaymentIntent, d.Charge, d.Amount, string(d.Currency), string(d.Status), caseType(d), d.Created, credit.AccountID)
 	}
-	if err != nil {
-		return fmt.Errorf("stripe drift: retrieve dispute %s: %w", id, err)
-	}
-	c.rep.Retrieved++
-	var caseType string
-	if d.PaymentMethodDetails != nil && d.PaymentMethodDetails.Card != nil {
-		caseType = string(d.PaymentMethodDetails.Card.CaseType)
-	}
-	c.addReversal(&disputeKind, d.ID, d.PaymentIntent, d.Charge, d.Amount, string(d.Currency), string(d.Status), caseType, d.Created, credit.AccountID)
-	return nil
+	return err
 }
 
-// missing: Stripe answered that the object does not exist.
-func (c *driftCheck) missing(err error) bool {
+// fetch retrieves one object by id with get. Not found when Stripe answers that it does not exist:
+// every credit naming it is drift at once (unknown_payment). Any other failure ends the pass.
+func fetch[T any](c *driftCheck, what, id string, get func() (T, error)) (object T, found bool, err error) {
+	object, err = get()
 	var stripeErr *stripe.Error
-	return errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode == http.StatusNotFound
+	if errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode == http.StatusNotFound {
+		c.unknownObject(id)
+		return object, false, nil
+	}
+	if err != nil {
+		return object, false, fmt.Errorf("stripe drift: retrieve %s %s: %w", what, id, err)
+	}
+	c.rep.Retrieved++
+	return object, true, nil
+}
+
+// caseType is a dispute's card case_type (chargeback, inquiry), empty when it names none.
+func caseType(d *stripe.Dispute) string {
+	if d.PaymentMethodDetails == nil || d.PaymentMethodDetails.Card == nil {
+		return ""
+	}
+	return string(d.PaymentMethodDetails.Card.CaseType)
 }
 
 // unknownObject reports every credit of the window naming an object Stripe does not have.
