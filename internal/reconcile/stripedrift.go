@@ -285,22 +285,23 @@ type payment struct {
 
 // reversalKind is what a refund or a dispute is checked as.
 type reversalKind struct {
-	name                string
-	missing             string // its drift reason when the ledger took nothing back
-	key, restoreKey     func(id string) string
-	moves               func(status, caseType string) (reversed, restored bool)
-	reversal, restoreOf string // the entry kinds
+	name            string
+	missing         string // its drift reason when the ledger took nothing back
+	key, restoreKey func(id string) string
+	moves           func(status, caseType string) (reversed, restored bool)
+	// reversalEntry and restoreEntry are the kinds of its entries.
+	reversalEntry, restoreEntry string
 }
 
 var (
 	refundKind = reversalKind{
 		name: "refund", missing: db.DriftMissingRefund, key: stripeevents.RefundKey, restoreKey: stripeevents.RefundRestoreKey,
-		moves:    func(status, _ string) (bool, bool) { return stripeevents.RefundMoves(status) },
-		reversal: db.KindRefund, restoreOf: db.KindRefundRestore,
+		moves:         func(status, _ string) (bool, bool) { return stripeevents.RefundMoves(status) },
+		reversalEntry: db.KindRefund, restoreEntry: db.KindRefundRestore,
 	}
 	disputeKind = reversalKind{
 		name: "dispute", missing: db.DriftMissingDispute, key: stripeevents.DisputeKey, restoreKey: stripeevents.DisputeWonKey,
-		moves: stripeevents.DisputeMoves, reversal: db.KindDispute, restoreOf: db.KindDisputeWon,
+		moves: stripeevents.DisputeMoves, reversalEntry: db.KindDispute, restoreEntry: db.KindDisputeWon,
 	}
 )
 
@@ -334,8 +335,8 @@ type driftCheck struct {
 }
 
 // sortOut keeps this deployment's objects: a payment is ours when its order is (found by its session,
-// its PaymentIntent, or the topup_id its metadata names with the same account_id), a refund or dispute
-// when its payment is. The rest are counted as others.
+// its PaymentIntent, or the topup_id its metadata names with the same account_id) or when one of its
+// events is parked here; a refund or dispute when its payment is. The rest are counted as others.
 func (c *driftCheck) sortOut(ctx context.Context, l listing) error {
 	var intents, sessions, ids []string
 	for _, s := range l.sessions {
@@ -771,15 +772,15 @@ func checkReversal(o *reversalObject) (d db.Drift, line string, moved, ok bool) 
 	case !reversed && o.reversal == nil && o.restore == nil:
 		return db.Drift{}, "", false, true
 	case !reversed:
-		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the ledger holds its %s, but the %s is %s at Stripe, which moves no money", o.kind.reversal, o.kind.name, o.status)
+		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the ledger holds its %s, but the %s is %s at Stripe, which moves no money", o.kind.reversalEntry, o.kind.name, o.status)
 	case o.reversal == nil:
 		d.Reason, d.Detail = o.kind.missing, fmt.Sprintf("%s %d %s (%s) at Stripe, nothing taken back", o.kind.name, o.amount, o.currency, o.status)
 	case -o.reversal.Amount != o.amount:
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("%s %d at Stripe, %d taken back", o.kind.name, o.amount, -o.reversal.Amount)
 	case restored && o.restore == nil:
-		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the %s is %s at Stripe, but the ledger has no %s", o.kind.name, o.status, o.kind.restoreOf)
+		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the %s is %s at Stripe, but the ledger has no %s", o.kind.name, o.status, o.kind.restoreEntry)
 	case !restored && o.restore != nil:
-		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the ledger holds a %s, but the %s is %s at Stripe", o.kind.restoreOf, o.kind.name, o.status)
+		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the ledger holds a %s, but the %s is %s at Stripe", o.kind.restoreEntry, o.kind.name, o.status)
 	case o.restore != nil && o.restore.Amount != o.amount:
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("%s %d at Stripe, %d given back", o.kind.name, o.amount, o.restore.Amount)
 	default:
