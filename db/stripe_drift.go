@@ -86,9 +86,10 @@ type DriftRecorded struct {
 	Checkpointed bool
 }
 
-// RecordDriftPass records a pass in one transaction: its drift (refreshed or reopened when already
-// recorded, so a re-run adds nothing), the resolution of the checked objects' other open drift, and the
-// checkpoint of a clean window (the first one stays). The pass makes no Stripe call in it.
+// RecordDriftPass records a pass in one transaction, one pass at a time: its drift (refreshed or
+// reopened when already recorded, so a re-run adds nothing), the resolution of the checked objects'
+// other open drift, and the checkpoint of a clean window (the first one stays). The pass makes no
+// Stripe call in it.
 func RecordDriftPass(ctx context.Context, b Beginner, pass DriftPass) (DriftRecorded, error) {
 	n := len(pass.Found)
 	found := dbsqlc.StripeDriftRecordParams{
@@ -106,6 +107,9 @@ func RecordDriftPass(ctx context.Context, b Beginner, pass DriftPass) (DriftReco
 	var out DriftRecorded
 	err := InTx(ctx, b, func(tx Tx) error {
 		q := dbsqlc.New(tx)
+		if err := q.StripeDriftLock(ctx); err != nil {
+			return fmt.Errorf("wait for other drift passes: %w", MapError(err))
+		}
 		if _, err := q.StripeDriftRecord(ctx, found); err != nil {
 			return fmt.Errorf("record %d drift: %w", n, MapError(err))
 		}

@@ -174,6 +174,24 @@ func (w *driftWorld) check(since, until time.Time) reconcile.DriftReport {
 	return rep
 }
 
+// checkConcurrently runs n passes over the window at once.
+func (w *driftWorld) checkConcurrently(n int, since, until time.Time) []reconcile.DriftReport {
+	w.t.Helper()
+	reps := make([]reconcile.DriftReport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { reps[i], errs[i] = w.r.CheckStripe(w.ctx, since, until) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			w.t.Fatalf("drift pass: %v", err)
+		}
+	}
+	return reps
+}
+
 // rows returns every stripe_drift row, open or not, keyed "reason object".
 func (w *driftWorld) rows() map[string]db.Drift {
 	w.t.Helper()
@@ -451,7 +469,7 @@ func maps(o, with obj) obj {
 
 // A window with one payment never credited: after its missed event is recovered, the window is clean
 // and a checkpoint records it, with the objects and credits matched and a digest; re-running it adds
-// no checkpoint and gives the same digest. A credit posted in the window for a payment Stripe created
+// no checkpoint and gives the same digest, and passes running at once record each thing once. A credit posted in the window for a payment Stripe created
 // before it is matched by fetching that PaymentIntent; a failed refund's restore and a won dispute's
 // are matched to their objects.
 func TestDriftCleanWindowIsCheckpointedOnce(t *testing.T) {
@@ -489,7 +507,10 @@ func TestDriftCleanWindowIsCheckpointedOnce(t *testing.T) {
 	w.deliver(w.event("refund.failed", failed), w.event("charge.refund.updated", refunded), w.event("charge.dispute.closed", won))
 	w.publish()
 
-	rep := w.check(since, until)
+	rep := w.checkConcurrently(4, since, until)[0]
+	if n := len(w.rows()); n != 1 {
+		t.Fatalf("four concurrent passes recorded %d rows, want the one drift", n)
+	}
 	if got := found(rep); !slices.Equal(got, []string{"missing_credit pi_missing"}) || rep.Checkpoint != nil {
 		t.Fatalf("found %v, checkpoint %v; want the missing credit alone, no checkpoint", got, rep.Checkpoint)
 	}
@@ -500,9 +521,22 @@ func TestDriftCleanWindowIsCheckpointedOnce(t *testing.T) {
 	if rec, err := w.r.Recover(w.ctx); err != nil || rec.Applied != 1 {
 		t.Fatalf("recovery: %+v %v", rec, err)
 	}
-	rep = w.check(since, until)
-	if len(rep.Found) != 0 || rep.Resolved != 1 || !rep.Checkpointed || rep.Checkpoint == nil {
-		t.Fatalf("after the recovery: found %v, resolved %d, checkpointed %t", found(rep), rep.Resolved, rep.Checkpointed)
+	// Four passes at once (serve's and operators'): one resolves the drift and records the checkpoint.
+	reps := w.checkConcurrently(4, since, until)
+	var resolved int64
+	var checkpointed int
+	for _, r := range reps {
+		resolved += r.Resolved
+		if r.Checkpointed {
+			checkpointed++
+			rep = r
+		}
+		if len(r.Found) != 0 || r.Checkpoint == nil {
+			t.Fatalf("after the recovery a pass found %v, checkpoint %v", found(r), r.Checkpoint)
+		}
+	}
+	if resolved != 1 || checkpointed != 1 {
+		t.Fatalf("concurrent passes resolved %d and recorded %d checkpoints, want 1 and 1", resolved, checkpointed)
 	}
 	// 12 payments, 2 refunds, 1 dispute; 12 topups, a refund restore and a won dispute.
 	c := *rep.Checkpoint

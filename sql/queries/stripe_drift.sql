@@ -1,3 +1,10 @@
+-- name: StripeDriftLock :exec
+-- Serialises, until the transaction ends, the transactions that record drift passes: two passes over
+-- overlapping windows (serve's and an operator's) that disagree while Stripe or the ledger moves would
+-- otherwise record and resolve each other's rows in opposite orders, and deadlock. Recording is a few
+-- statements, so waiting for it is short; no Stripe call is made under it.
+SELECT pg_advisory_xact_lock(hashtextextended('onceledger.stripe_drift', 0));
+
 -- name: StripeDriftRecord :execrows
 -- Records the drift one pass found, set-based; the arrays are read in lockstep, one element per drift,
 -- each (account_id, reason, object_id) at most once. A drift already recorded (stripe_drift_pkey) has

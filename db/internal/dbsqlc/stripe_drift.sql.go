@@ -185,6 +185,19 @@ func (q *Queries) StripeDriftCreditsBetween(ctx context.Context, arg StripeDrift
 	return items, nil
 }
 
+const stripeDriftLock = `-- name: StripeDriftLock :exec
+SELECT pg_advisory_xact_lock(hashtextextended('onceledger.stripe_drift', 0))
+`
+
+// Serialises, until the transaction ends, the transactions that record drift passes: two passes over
+// overlapping windows (serve's and an operator's) that disagree while Stripe or the ledger moves would
+// otherwise record and resolve each other's rows in opposite orders, and deadlock. Recording is a few
+// statements, so waiting for it is short; no Stripe call is made under it.
+func (q *Queries) StripeDriftLock(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, stripeDriftLock)
+	return err
+}
+
 const stripeDriftOpen = `-- name: StripeDriftOpen :many
 SELECT account_id, reason, object_id, payment_intent, stripe_amount, ledger_amount, currency, detail, event_id,
        object_created, found_at, last_seen_at, resolved_at
