@@ -52,9 +52,9 @@ type DriftReport struct {
 	// Since and Until bound the window: objects created and credits posted in [Since, Until).
 	Since, Until time.Time
 	// Listed counts the Stripe objects listed, every kind and page; Others those of another deployment
-	// (another mode, or a payment this deployment holds no order for) or that move no money (an unpaid
-	// session, an inquiry); Retrieved the objects fetched by id because a credit of the window names them
-	// and the listing did not hold them.
+	// (another mode, or a payment this deployment has neither an order nor a parked event of) or that
+	// move no money (an unpaid session, an inquiry); Retrieved the objects fetched by id because a credit
+	// of the window names them and the listing did not hold them.
 	Listed, Others, Retrieved int
 	// Payments, Refunds and Disputes are the Stripe objects of this deployment checked; Matched those
 	// that matched their ledger effects.
