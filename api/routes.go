@@ -38,6 +38,7 @@ func routes(d Deps) http.Handler {
 	r.handle(http.MethodGet, "/v1/topups/{id}", v1(handleGetTopup(d)))
 	r.handle(http.MethodPost, "/v1/decisions", v1(handlePostDecisions(d)))
 	r.handle(http.MethodGet, "/v1/stripe/events", v1(handleListStripeEvents(d)))
+	r.handle(http.MethodGet, "/v1/reports/stripe-drift", v1(handleGetStripeDrift(d)))
 
 	return r.done()
 }

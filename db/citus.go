@@ -32,12 +32,15 @@ var accountTables = []string{
 	"lot_terms",
 	"recharge_attempts",
 	"balance_alerts",
+	"stripe_drift",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.
 var keyedTables = [][2]string{
 	{"stripe_events", "event_id"},
 	{"dedupe_claims", "dedupe_key"},
+	// Deployment-wide: one row per clean window of the Stripe drift pass, keyed by its window.
+	{"stripe_drift_checkpoints", "window_start"},
 }
 
 // citusMarker is the table prepare.sql creates: its presence is what makes a database "on Citus"

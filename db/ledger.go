@@ -331,8 +331,25 @@ func replayOrConflict(prior Entry, p Posting) (Posted, error) {
 	return Posted{Entry: prior}, nil
 }
 
-// entryFromRow reads an entry as the queries that list entries select it (each has a row type of its
-// own, with the same columns).
+// entryRow is an entry's columns as a query selects them: each query has a row type of its own, all
+// with this one layout.
+type entryRow interface {
+	~struct {
+		ID            int64
+		AccountID     string
+		Kind          string
+		Amount        int64
+		Description   string
+		DedupeKey     *string
+		PaymentIntent *string
+		CreatedAt     time.Time
+		Seq           int64
+		BalanceAfter  int64
+	}
+}
+
+// entryFromRow reads an entry as the queries that list entries select it (convert other entryRow
+// types to this one).
 func entryFromRow(r dbsqlc.LedgerGetByDedupeKeyRow) Entry {
 	return Entry{
 		ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,

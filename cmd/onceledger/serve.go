@@ -14,9 +14,10 @@ import (
 	"github.com/onceledger/onceledger/internal/reconcile"
 )
 
-// serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, and the notification worker
-// when NOTIFY_URL is set, until ctx is cancelled (SIGINT/SIGTERM); then it drains in-flight requests,
-// stops the reconciler and the worker, and closes the pool last.
+// serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, the Stripe drift pass every
+// STRIPE_RECONCILE_INTERVAL, and the notification worker when NOTIFY_URL is set, until ctx is cancelled
+// (SIGINT/SIGTERM); then it drains in-flight requests, stops the reconciler, the drift pass and the
+// worker, and closes the pool last.
 func serve(ctx context.Context, e env) error {
 	m := metrics.New()
 	w, err := e.wire(ctx, true, m.ObservePosting)
@@ -55,7 +56,9 @@ func serve(ctx context.Context, e env) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	defer startReconciler(ctx, e, w, reconcile.NewMetrics(m.Registry))()
+	rm := reconcile.NewMetrics(m.Registry)
+	defer startReconciler(ctx, e, w, rm)()
+	defer startStripeDrift(ctx, e, w, rm)()
 
 	select {
 	case err := <-served:

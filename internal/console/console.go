@@ -76,6 +76,7 @@ func New(d Deps) http.Handler {
 	in.Handle("/console/events/{id}/review", c.handle(c.review)).Methods(http.MethodPost)
 	in.Handle("/console/accounts/{id}", c.handle(c.account)).Methods(http.MethodGet)
 	in.Handle("/console/search", c.handle(c.search)).Methods(http.MethodGet)
+	in.Handle("/console/drift", c.handle(c.drift)).Methods(http.MethodGet)
 
 	return secureHeaders(c.checkCSRF(r))
 }

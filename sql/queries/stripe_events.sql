@@ -164,3 +164,15 @@ SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text)
 FROM (SELECT) AS one
 LEFT JOIN topups t ON t.session_id = @session_id::text
 LEFT JOIN accounts a ON a.id = coalesce(t.account_id, @metadata_account_id::text);
+
+-- name: StripeEventsParkedForObjects :many
+-- The parked events of the given payments whose object (data.object.id) is one of object_ids, newest
+-- first: the events whose replay would post what the drift pass found missing (a session's or
+-- PaymentIntent's completion, a refund's, a charge's refunds, a dispute's).
+-- stripe_events_parked_payment_idx finds the payments' parked events; the object is checked on those.
+SELECT event_id, payment_intent::text AS payment_intent, (payload #>> '{data,object,id}')::text AS object_id
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND payment_intent = ANY(@payment_intents::text[])
+  AND payload #>> '{data,object,id}' = ANY(@object_ids::text[])
+ORDER BY seq DESC;

@@ -127,3 +127,14 @@ UNION ALL
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
        paid_at, idempotency_key, request_fingerprint
 FROM recorded_paid;
+
+-- name: TopupsListForPayments :many
+-- The orders of any of the given payments, Checkout Sessions or order ids (topups_payment_intent_key,
+-- topups_session_id_key, topups_pkey): what makes a listed Stripe object this deployment's, for the
+-- drift pass, and the account it is on. Ids that name no order return nothing.
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
+FROM topups
+WHERE payment_intent = ANY(@payment_intents::text[])
+   OR session_id = ANY(@session_ids::text[])
+   OR id = ANY(@ids::text[]);

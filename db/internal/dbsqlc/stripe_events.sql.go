@@ -446,6 +446,50 @@ func (q *Queries) StripeEventsParkedByReason(ctx context.Context) ([]StripeEvent
 	return items, nil
 }
 
+const stripeEventsParkedForObjects = `-- name: StripeEventsParkedForObjects :many
+SELECT event_id, payment_intent::text AS payment_intent, (payload #>> '{data,object,id}')::text AS object_id
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND payment_intent = ANY($1::text[])
+  AND payload #>> '{data,object,id}' = ANY($2::text[])
+ORDER BY seq DESC
+`
+
+type StripeEventsParkedForObjectsParams struct {
+	PaymentIntents []string
+	ObjectIDs      []string
+}
+
+type StripeEventsParkedForObjectsRow struct {
+	EventID       string
+	PaymentIntent string
+	ObjectID      string
+}
+
+// The parked events of the given payments whose object (data.object.id) is one of object_ids, newest
+// first: the events whose replay would post what the drift pass found missing (a session's or
+// PaymentIntent's completion, a refund's, a charge's refunds, a dispute's).
+// stripe_events_parked_payment_idx finds the payments' parked events; the object is checked on those.
+func (q *Queries) StripeEventsParkedForObjects(ctx context.Context, arg StripeEventsParkedForObjectsParams) ([]StripeEventsParkedForObjectsRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedForObjects, arg.PaymentIntents, arg.ObjectIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedForObjectsRow{}
+	for rows.Next() {
+		var i StripeEventsParkedForObjectsRow
+		if err := rows.Scan(&i.EventID, &i.PaymentIntent, &i.ObjectID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
 SELECT p.event_id::text AS event_id, p.payload::jsonb AS payload
 FROM stripe_events_lock_parked($1::text) AS p (event_id, payload)

@@ -200,6 +200,58 @@ func (q *Queries) TopupsInsertPending(ctx context.Context, arg TopupsInsertPendi
 	return i, err
 }
 
+const topupsListForPayments = `-- name: TopupsListForPayments :many
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
+FROM topups
+WHERE payment_intent = ANY($1::text[])
+   OR session_id = ANY($2::text[])
+   OR id = ANY($3::text[])
+`
+
+type TopupsListForPaymentsParams struct {
+	PaymentIntents []string
+	SessionIDs     []string
+	IDs            []string
+}
+
+// The orders of any of the given payments, Checkout Sessions or order ids (topups_payment_intent_key,
+// topups_session_id_key, topups_pkey): what makes a listed Stripe object this deployment's, for the
+// drift pass, and the account it is on. Ids that name no order return nothing.
+func (q *Queries) TopupsListForPayments(ctx context.Context, arg TopupsListForPaymentsParams) ([]Topup, error) {
+	rows, err := q.db.Query(ctx, topupsListForPayments, arg.PaymentIntents, arg.SessionIDs, arg.IDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Topup{}
+	for rows.Next() {
+		var i Topup
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.SessionID,
+			&i.PaymentIntent,
+			&i.Amount,
+			&i.Currency,
+			&i.Status,
+			&i.CheckoutURL,
+			&i.PaidEventID,
+			&i.CreatedAt,
+			&i.PaidAt,
+			&i.IdempotencyKey,
+			&i.RequestFingerprint,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const topupsPay = `-- name: TopupsPay :many
 WITH pay AS (
     SELECT ($1::text[])[i] AS id, ($2::text[])[i] AS account_id,
