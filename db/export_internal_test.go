@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,4 +77,54 @@ func PostGroupPlannedOn(ctx context.Context, l *Ledger, postings []Posting, bala
 		outs[i], errs[i] = o.ans, o.err
 	}
 	return outs, errs, left, nil
+}
+
+// PostInGroups posts through l's group commit, each of groups as one group of the account's drain, in
+// order, the memo carried from one group to the next as while the account stays busy (so that a group
+// is planned on the balance the one before it left): every member's answer, in order.
+func PostInGroups(l *Ledger, account string, groups [][]Posting) ([]Posted, []error) {
+	var (
+		memo lastBalance
+		outs []Posted
+		errs []error
+	)
+	for _, g := range groups {
+		members := make([]*member, len(g))
+		for i, p := range g {
+			members[i] = &member{req: p, ctx: context.Background(), answer: make(chan outcome, 1)}
+		}
+		l.commitPostings(account, &memo, members)
+		for _, m := range members {
+			a := <-m.answer
+			outs, errs = append(outs, a.ans), append(errs, a.err)
+		}
+	}
+	return outs, errs
+}
+
+// PayInGroups pays through l's group commit of Checkout Sessions, each of groups as one group, in
+// order (a member the group sends to its own transaction runs it then, as PayCheckout does): every
+// member's answer, in order.
+func PayInGroups(l *Ledger, groups [][]CheckoutPayment) ([]CheckoutPaid, []Posted, []error) {
+	var (
+		paid  []CheckoutPaid
+		outs  []Posted
+		errs  []error
+		empty struct{}
+	)
+	for _, g := range groups {
+		members := make([]*checkoutMember, len(g))
+		for i, p := range g {
+			members[i] = &checkoutMember{req: p, ctx: context.Background(), answer: make(chan groupAnswer[checkoutAnswer], 1)}
+		}
+		l.commitCheckouts("", &empty, members)
+		for _, m := range members {
+			a := <-m.answer
+			if errors.Is(a.err, errPayAlone) {
+				a.ans.paid, a.ans.posted, a.err = l.payCheckoutOwn(context.Background(), m.req)
+			}
+			paid, outs, errs = append(paid, a.ans.paid), append(outs, a.ans.posted), append(errs, a.err)
+		}
+	}
+	return paid, outs, errs
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -93,8 +94,12 @@ func (l *Ledger) commitPostings(_ string, last *lastBalance, group []*member) {
 	from := *last
 	// Known again only once a group committed: any other path may have moved the balance.
 	*last = lastBalance{}
-	if len(group) == 1 {
-		l.postAlone(ctx, group[0])
+	if len(group) == 1 || slices.ContainsFunc(group, restores) {
+		// A restore's at-once expiry of a refilled lot follows its restore's statement: in a group it
+		// would come after the members behind the restore, so a group holding one posts one by one.
+		for _, m := range group {
+			l.postAlone(ctx, m)
+		}
 		return
 	}
 	var (
@@ -140,6 +145,11 @@ func (l *Ledger) commitPostings(_ string, last *lastBalance, group []*member) {
 			l.postAlone(ctx, m)
 		}
 	}
+}
+
+// restores reports a restore (refund_restore, dispute_won): its statement may post an expiry of its own.
+func restores(m *member) bool {
+	return m.req.Kind == KindRefundRestore || m.req.Kind == KindDisputeWon
 }
 
 // postAlone is the plain path: one transaction, one Post.
