@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -63,8 +64,17 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 	if _, err := conn.Exec(ctx, `SET citus.enable_unsafe_triggers = on`); err != nil {
 		return fmt.Errorf("distribute: %w", err)
 	}
-	// Simple protocol: the file's statements run as one implicit transaction.
-	if _, err := conn.PgConn().Exec(ctx, citus.Prepare).ReadAll(); err != nil {
+	// One statement at a time, in one transaction: once the tables are distributed, Citus hands a DDL
+	// statement's text on to the workers, which take one statement per command.
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, stmt := range statements(citus.Prepare) {
+			if _, err := tx.Conn().PgConn().Exec(ctx, stmt).ReadAll(); err != nil {
+				return fmt.Errorf("%w\n%.200s", err, stmt)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("distribute: prepare the schema for Citus: %w", err)
 	}
 	// Each colocation group its own: "default" would put every table of text keys in one group.
@@ -141,4 +151,55 @@ func constraintOf(pgErr *pgconn.PgError) [2]string {
 		}
 	}
 	return [2]string{}
+}
+
+// statements splits a SQL file into its statements: at each semicolon outside a quoted string, a quoted
+// identifier, a dollar-quoted body and a comment.
+func statements(sql string) []string {
+	var (
+		out   []string
+		start int
+	)
+	for i := 0; i < len(sql); i++ {
+		switch c := sql[i]; {
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			if end := strings.IndexByte(sql[i:], '\n'); end >= 0 {
+				i += end
+			} else {
+				i = len(sql)
+			}
+		case c == '\'' || c == '"':
+			if end := strings.IndexByte(sql[i+1:], c); end >= 0 {
+				i += end + 1
+			}
+		case c == '$':
+			if tag := dollarTag.FindString(sql[i:]); tag != "" {
+				if end := strings.Index(sql[i+len(tag):], tag); end >= 0 {
+					i += len(tag) + end + len(tag) - 1
+				}
+			}
+		case c == ';':
+			if stmt := strings.TrimSpace(sql[start : i+1]); stmt != ";" {
+				out = append(out, stmt)
+			}
+			start = i + 1
+		}
+	}
+	if rest := strings.TrimSpace(sql[start:]); rest != "" && !onlyComments(rest) {
+		out = append(out, rest)
+	}
+	return out
+}
+
+// dollarTag matches the opening of a dollar-quoted string ($$ or $tag$).
+var dollarTag = regexp.MustCompile(`^\$[A-Za-z_]*\$`)
+
+// onlyComments reports whether s holds nothing but -- comments.
+func onlyComments(s string) bool {
+	for _, line := range strings.Split(s, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "--") {
+			return false
+		}
+	}
+	return true
 }

@@ -27,8 +27,9 @@
 --
 -- The one road (migration 000012) is the same function on both backends: ledger_append. What differs is
 -- what it calls: accounts_lock (Citus locks rows only in single-shard statements: one account at a time,
--- in id order), ledger_keys_taken and ledger_claim_keys (the keys are claimed in dedupe_claims), and
--- stripe_events_lock_parked (one event at a time). No Citus statement inserts entries of its own.
+-- in id order), ledger_keys_taken and ledger_claim_keys (the keys are claimed in dedupe_claims),
+-- ledger_batches (the entries are inserted one shard at a time) and stripe_events_lock_parked (one event
+-- at a time). No Citus statement inserts entries of its own.
 --
 -- The chain: ledger_chain (migration 000006) is a statement-level trigger reading its transition table.
 -- Citus runs a distributed table's triggers on its shards, where a transition table cannot be read from
@@ -401,6 +402,27 @@ COMMENT ON FUNCTION ledger_claim_keys(text[], text[]) IS
     'On Citus: claims p_keys for their accounts'' entries in dedupe_claims (dedupe_claims_pkey), in the posting''s '
     'transaction, and returns the keys claimed; a key claimed already, or by a concurrent transaction this one '
     'waited for, is not returned and its entry is not inserted.';
+
+-- mirrors ledger_batches of 000012_one_road.up.sql sha256 5bc00f2ce9d7ef05b186e8e57ba5a6dc0cbefce16ea681ab56b6d9d8873101cf
+CREATE OR REPLACE FUNCTION ledger_batches(p_account_ids text[])
+    RETURNS SETOF text[]
+    LANGUAGE plpgsql STABLE AS
+$$
+BEGIN
+    -- A statement that inserts into several shards at once sends them its rows with COPY, and the entries'
+    -- triggers cannot run their statements in the middle of it: one batch per shard.
+    RETURN QUERY
+    SELECT array_agg(a ORDER BY a)
+    FROM unnest(p_account_ids) AS a
+    WHERE a IS NOT NULL
+    GROUP BY get_shard_id_for_distribution_column('accounts', a)
+    ORDER BY min(a);
+END;
+$$;
+
+COMMENT ON FUNCTION ledger_batches(text[]) IS
+    'On Citus: the accounts of a posting, one batch per shard of accounts (and so of the ledger, colocated), so '
+    'that each of ledger_append''s inserts runs on one shard.';
 
 -- mirrors stripe_events_lock_parked of 000012_one_road.up.sql sha256 54a8c5131dba9a1e5e35d440bed34f8f14cacca3263b1cfa06ff8e90797d795b
 CREATE OR REPLACE FUNCTION stripe_events_lock_parked(p_payment_intent text)

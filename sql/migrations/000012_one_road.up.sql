@@ -17,7 +17,7 @@
 -- comes back to the caller that posted it (and gets its notification) and only ledger_append inserts.
 --
 -- Backends (SPEC §15): the functions whose work differs on Citus are accounts_lock, ledger_keys_taken,
--- ledger_claim_keys and stripe_events_lock_parked; sql/citus/prepare.sql gives each its Citus form under
+-- ledger_claim_keys, ledger_batches and stripe_events_lock_parked; sql/citus/prepare.sql gives each its Citus form under
 -- the same name. ledger_append itself is the same on both.
 
 ALTER TABLE ledger
@@ -125,6 +125,19 @@ COMMENT ON FUNCTION ledger_claim_keys(text[], text[]) IS
     'The keys among p_keys this transaction may insert entries under. On plain PostgreSQL every one: '
     'ledger_dedupe_idx checks the insert itself. On Citus (sql/citus) the keys claimed in dedupe_claims.';
 
+-- ledger_batches splits a posting's accounts into the batches ledger_append inserts their entries in.
+CREATE FUNCTION ledger_batches(p_account_ids text[])
+    RETURNS SETOF text[]
+    LANGUAGE sql IMMUTABLE AS
+$$
+SELECT p_account_ids;
+$$;
+
+COMMENT ON FUNCTION ledger_batches(text[]) IS
+    'The accounts of a posting in the batches ledger_append inserts their entries in: on plain PostgreSQL all '
+    'of them at once, in one statement; on Citus (sql/citus) one batch per shard, so that each statement runs '
+    'on its shard, where the entries'' triggers run.';
+
 -- stripe_events_lock_parked locks the events parked waiting for a payment, to re-apply them in the
 -- transaction that records it. One function, because Citus locks rows only in single-shard statements
 -- (sql/citus gives it a form that locks them one event at a time).
@@ -188,6 +201,7 @@ DECLARE
     a_balances      bigint[];
     a_keys          text[];
     claimed         text[];
+    batch           text[];
 BEGIN
     -- 1. Lock the plan's accounts, in id order (with p_balance, only if the balance is still that).
     SELECT coalesce(array_agg(a.id ORDER BY a.id), '{}'), coalesce(array_agg(a.last_seq ORDER BY a.id), '{}'),
@@ -256,18 +270,21 @@ BEGIN
         )
     );
 
-    -- 5. Insert, in each account's seq order. ON CONFLICT DO NOTHING: a key inserted meanwhile by a
+    -- 5. Insert, in each account's seq order, a batch of accounts at a time (ledger_batches: all at once on
+    -- plain PostgreSQL). ON CONFLICT DO NOTHING: a key inserted meanwhile by a
     -- transaction this one waited for is skipped; if it was not its account's last row, the hole it leaves
     -- fails the statement in ledger_chain, so no wrong chain is ever left. (No arbiter is named: the key's
     -- index is ledger_dedupe_idx here and per account on Citus; the other unique keys, the id and
     -- (account_id, seq) under the account lock, cannot conflict, and a row they skipped would be missing
     -- from the answer and break the chain the same way.) created_at is taken per row under the lock, and a
     -- lot lifetime runs from it.
+    FOR batch IN SELECT b FROM ledger_batches(ARRAY(SELECT DISTINCT x FROM unnest(a_accounts) AS x ORDER BY x)) AS b LOOP
     RETURN QUERY
     WITH planned AS (
         SELECT r.k, r.account_id, r.seq, r.balance_after, r.dedupe_key, clock_timestamp() AS at
         FROM unnest(a_k, a_accounts, a_seqs, a_balances, a_keys) AS r (k, account_id, seq, balance_after, dedupe_key)
-        WHERE r.dedupe_key IS NULL OR r.dedupe_key = ANY(claimed)
+        WHERE (r.dedupe_key IS NULL OR r.dedupe_key = ANY(claimed))
+          AND r.account_id = ANY(batch)
         ORDER BY r.account_id, r.seq
     ), inserted AS (
         INSERT INTO ledger AS l (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after,
@@ -293,6 +310,7 @@ BEGIN
     FROM inserted i
     JOIN planned r ON r.account_id = i.account_id AND r.seq = i.seq
     ORDER BY i.account_id, i.seq;
+    END LOOP;
 
     -- 6. A restore that refilled a lot that is closed or past its expiry (ledger_lots closed it): that
     -- credit goes at once, as an expiry, or as a void when the lot was closed before its time. Posted
