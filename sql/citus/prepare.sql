@@ -27,7 +27,7 @@
 --
 -- The one road (migration 000012) is the same function on both backends: ledger_append. What differs is
 -- what it calls: accounts_lock (Citus locks rows only in single-shard statements: one account at a time,
--- in id order), ledger_keys_taken and ledger_claim_keys (the keys are claimed in dedupe_claims),
+-- in id order), ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims),
 -- ledger_batches (the entries are inserted one shard at a time) and stripe_events_lock_parked (one event
 -- at a time). No Citus statement inserts entries of its own.
 --
@@ -384,8 +384,8 @@ $$;
 COMMENT ON FUNCTION ledger_keys_taken(text[]) IS
     'On Citus: the keys among p_keys claimed already (dedupe_claims, whatever account''s shard holds the entry).';
 
--- mirrors ledger_claim_keys of 000012_one_road.up.sql sha256 983d8c80fd0d80587d914c965de9ee50d6d3b889848e22929a9bcb168e180587
-CREATE OR REPLACE FUNCTION ledger_claim_keys(p_keys text[], p_account_ids text[])
+-- mirrors claim_keys of 000012_one_road.up.sql sha256 60c814b581b245b74e1b6cdd703f2c4bd63f66f4e5979e643a857126b962469a
+CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
     RETURNS SETOF text
     LANGUAGE plpgsql AS
 $$
@@ -398,10 +398,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION ledger_claim_keys(text[], text[]) IS
-    'On Citus: claims p_keys for their accounts'' entries in dedupe_claims (dedupe_claims_pkey), in the posting''s '
+COMMENT ON FUNCTION claim_keys(text[], text[]) IS
+    'On Citus: claims p_keys for their accounts in dedupe_claims (dedupe_claims_pkey), in the writing '
     'transaction, and returns the keys claimed; a key claimed already, or by a concurrent transaction this one '
-    'waited for, is not returned and its entry is not inserted.';
+    'waited for, is not returned and nothing is written under it.';
 
 -- mirrors ledger_batches of 000012_one_road.up.sql sha256 5bc00f2ce9d7ef05b186e8e57ba5a6dc0cbefce16ea681ab56b6d9d8873101cf
 CREATE OR REPLACE FUNCTION ledger_batches(p_account_ids text[])

@@ -224,7 +224,7 @@ COMMENT ON FUNCTION ledger_lots_apply() IS
 DROP FUNCTION ledger_append(text[], text[], bigint[], text[], text[], text[], boolean[], bigint[], text[], text[], smallint[], text[], float8[], bigint);
 DROP FUNCTION stripe_events_lock_parked(text);
 DROP FUNCTION ledger_batches(text[]);
-DROP FUNCTION ledger_claim_keys(text[], text[]);
+DROP FUNCTION claim_keys(text[], text[]);
 DROP FUNCTION ledger_keys_taken(text[]);
 DROP FUNCTION accounts_lock(text[], bigint);
 

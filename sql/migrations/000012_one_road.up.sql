@@ -17,7 +17,7 @@
 -- comes back to the caller that posted it (and gets its notification) and only ledger_append inserts.
 --
 -- Backends (SPEC §15): the functions whose work differs on Citus are accounts_lock, ledger_keys_taken,
--- ledger_claim_keys, ledger_batches and stripe_events_lock_parked; sql/citus/prepare.sql gives each its Citus form under
+-- claim_keys, ledger_batches and stripe_events_lock_parked; sql/citus/prepare.sql gives each its Citus form under
 -- the same name. ledger_append itself is the same on both.
 
 ALTER TABLE ledger
@@ -99,10 +99,11 @@ COMMENT ON FUNCTION accounts_lock(text[], bigint) IS
     'p_balance is locked and returned: after waiting for another transaction''s lock, the balance is checked '
     'again on the row that transaction left. On Citus (sql/citus) one row lock per account, in the same order.';
 
--- ledger_keys_taken and ledger_claim_keys hold "at most once" for a posting's dedupe keys. On plain
--- PostgreSQL, ledger_dedupe_idx does: the first reads it, and the second has nothing to claim (the insert
--- itself is checked by the index). On Citus the ledger's own index is per account, and both go through
--- dedupe_claims (sql/citus).
+-- ledger_keys_taken and claim_keys hold "at most once" for a posting's dedupe keys, and claim_keys for every
+-- other key the service promises unique across accounts (decision ids). On plain PostgreSQL the tables' own
+-- unique keys do: ledger_keys_taken reads ledger_dedupe_idx, and claim_keys has nothing to claim (the write
+-- itself is checked by the key). On Citus those keys are per account (the distribution column leads every
+-- unique key), and both go through dedupe_claims (sql/citus).
 CREATE FUNCTION ledger_keys_taken(p_keys text[])
     RETURNS SETOF text
     LANGUAGE sql STABLE AS
@@ -114,16 +115,18 @@ COMMENT ON FUNCTION ledger_keys_taken(text[]) IS
     'The keys among p_keys that entries hold already (ledger_dedupe_idx): postings under them are replays '
     'or conflicts, never inserted again.';
 
-CREATE FUNCTION ledger_claim_keys(p_keys text[], p_account_ids text[])
+CREATE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
     RETURNS SETOF text
     LANGUAGE sql IMMUTABLE AS
 $$
 SELECT unnest(p_keys);
 $$;
 
-COMMENT ON FUNCTION ledger_claim_keys(text[], text[]) IS
-    'The keys among p_keys this transaction may insert entries under. On plain PostgreSQL every one: '
-    'ledger_dedupe_idx checks the insert itself. On Citus (sql/citus) the keys claimed in dedupe_claims.';
+COMMENT ON FUNCTION claim_keys(text[], text[]) IS
+    'The keys among p_keys (each for the account beside it) this transaction may write under: a ledger entry''s '
+    'dedupe key, or a prefixed id the service promises unique across accounts (decisions:{id}). On plain '
+    'PostgreSQL every one: the table''s own unique key checks the write itself. On Citus (sql/citus) the keys '
+    'claimed in dedupe_claims.';
 
 -- ledger_batches splits a posting's accounts into the batches ledger_append inserts their entries in.
 CREATE FUNCTION ledger_batches(p_account_ids text[])
@@ -264,7 +267,7 @@ BEGIN
     -- 4. Claim the keys of the rows to insert (on Citus; on plain PostgreSQL the insert is checked by
     -- ledger_dedupe_idx). A key not claimed (a concurrent posting claimed it first) is not inserted.
     claimed := ARRAY(
-        SELECT ledger_claim_keys(
+        SELECT claim_keys(
             ARRAY(SELECT x FROM unnest(a_keys) AS x WHERE x IS NOT NULL),
             ARRAY(SELECT x.account_id FROM unnest(a_keys, a_accounts) AS x (key, account_id) WHERE x.key IS NOT NULL)
         )

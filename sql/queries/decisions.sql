@@ -1,15 +1,22 @@
 -- name: DecisionsInsert :many
 -- Stores a batch of decisions, the arrays read in lockstep; a decision id already stored is left as it
--- was (decisions_pkey). Returns the ids this call inserted: the others are duplicates or conflicts,
--- which the caller tells apart with DecisionsGet.
+-- was (decisions_pkey; on Citus, where that key is per account, an id is also claimed across accounts,
+-- claim_keys, as decisions:{id}). Returns the ids this call inserted: the others are duplicates or
+-- conflicts, which the caller tells apart with DecisionsGet.
+WITH batch AS (
+    SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id, (@costs::bigint[])[i] AS cost,
+           (@occurred_ats::timestamptz[])[i] AS occurred_at,
+           -- An empty hold id means none.
+           nullif((@hold_ids::text[])[i], '') AS hold_id
+    FROM generate_subscripts(@ids::text[], 1) AS i
+), claimed AS (
+    SELECT c.key FROM claim_keys(ARRAY(SELECT 'decisions:' || id FROM batch), ARRAY(SELECT account_id FROM batch)) AS c (key)
+)
 INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id)
-SELECT unnest(@ids::text[]),
-       unnest(@account_ids::text[]),
-       unnest(@costs::bigint[]),
-       unnest(@occurred_ats::timestamptz[]),
-       -- An empty hold id means none.
-       nullif(unnest(@hold_ids::text[]), '')
-ON CONFLICT (id) DO NOTHING
+SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id
+FROM batch b
+WHERE 'decisions:' || b.id IN (SELECT key FROM claimed)
+ON CONFLICT ON CONSTRAINT decisions_pkey DO NOTHING
 RETURNING id;
 
 -- name: DecisionsGet :many

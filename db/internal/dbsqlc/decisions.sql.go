@@ -112,14 +112,20 @@ func (q *Queries) DecisionsGet(ctx context.Context, ids []string) ([]Decision, e
 }
 
 const decisionsInsert = `-- name: DecisionsInsert :many
+WITH batch AS (
+    SELECT ($1::text[])[i] AS id, ($2::text[])[i] AS account_id, ($3::bigint[])[i] AS cost,
+           ($4::timestamptz[])[i] AS occurred_at,
+           -- An empty hold id means none.
+           nullif(($5::text[])[i], '') AS hold_id
+    FROM generate_subscripts($1::text[], 1) AS i
+), claimed AS (
+    SELECT c.key FROM claim_keys(ARRAY(SELECT 'decisions:' || id FROM batch), ARRAY(SELECT account_id FROM batch)) AS c (key)
+)
 INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id)
-SELECT unnest($1::text[]),
-       unnest($2::text[]),
-       unnest($3::bigint[]),
-       unnest($4::timestamptz[]),
-       -- An empty hold id means none.
-       nullif(unnest($5::text[]), '')
-ON CONFLICT (id) DO NOTHING
+SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id
+FROM batch b
+WHERE 'decisions:' || b.id IN (SELECT key FROM claimed)
+ON CONFLICT ON CONSTRAINT decisions_pkey DO NOTHING
 RETURNING id
 `
 
@@ -132,8 +138,9 @@ type DecisionsInsertParams struct {
 }
 
 // Stores a batch of decisions, the arrays read in lockstep; a decision id already stored is left as it
-// was (decisions_pkey). Returns the ids this call inserted: the others are duplicates or conflicts,
-// which the caller tells apart with DecisionsGet.
+// was (decisions_pkey; on Citus, where that key is per account, an id is also claimed across accounts,
+// claim_keys, as decisions:{id}). Returns the ids this call inserted: the others are duplicates or
+// conflicts, which the caller tells apart with DecisionsGet.
 func (q *Queries) DecisionsInsert(ctx context.Context, arg DecisionsInsertParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, decisionsInsert,
 		arg.IDs,
