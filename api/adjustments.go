@@ -22,12 +22,12 @@ func adjustmentKey(accountID, idempotencyKey string) string {
 	return "api:" + accountID + ":" + idempotencyKey
 }
 
-// postAdjustment posts one adjustment through the group-commit Poster: concurrent adjustments of one
-// (hot) account share a transaction, and each caller still gets its own posting's answer, exactly as
-// from its own transaction: Posted=false on an exact replay, db.ErrDedupeConflict,
+// postAdjustment posts one adjustment with group commit (db.Ledger.PostGrouped): concurrent adjustments
+// of one (hot) account share a transaction, and each caller still gets its own posting's answer, exactly
+// as from its own transaction: New=false on an exact replay, db.ErrDedupeConflict,
 // db.ErrInsufficientBalance, db.ErrAccountNotFound.
 func postAdjustment(ctx context.Context, d Deps, p db.Posting) (db.Posted, error) {
-	return d.Poster.Post(ctx, p)
+	return d.Ledger.PostGrouped(ctx, p)
 }
 
 // handlePostAdjustment posts an operator adjustment once per Idempotency-Key. A replay with the same
@@ -85,22 +85,19 @@ func handlePostAdjustment(d Deps) http.Handler {
 		if *req.Amount < 0 && (req.Category != nil || req.Priority != nil || req.ExpiresAt != nil) {
 			return badRequest("invalid_lot_terms", "category, priority and expires_at are for credits (a positive amount)")
 		}
-		if *req.Amount > 0 && (req.Category != nil || req.Priority != nil || req.ExpiresAt != nil) {
-			// Stored under the posting's key before it is posted: the trigger making its lot reads them.
-			// Without them the trigger makes the default lot (promotional, 50, never), and the credit
-			// costs no write of its own before its group commit.
-			if err := db.SetLotTerms(r.Context(), d.Pool, id, adjustmentKey(id, key), terms); err != nil {
-				return err
-			}
-		}
-		posted, err := postAdjustment(r.Context(), d, db.Posting{
+		posting := db.Posting{
 			AccountID: id, Kind: db.KindAdjustment, Amount: *req.Amount, Description: description,
 			DedupeKey: adjustmentKey(id, key), NoOverdraw: true,
-		})
+		}
+		if *req.Amount > 0 {
+			// The lot the credit makes travels with it (default: promotional, 50, never).
+			posting.Lot = &terms
+		}
+		posted, err := postAdjustment(r.Context(), d, posting)
 		if err != nil {
 			return err
 		}
-		if !posted.Posted {
+		if !posted.New {
 			// The ledger compares account, kind and amount; the description is part of the request too.
 			if posted.Entry.Description != description {
 				return fmt.Errorf("%w: Idempotency-Key %q was used with another description", db.ErrDedupeConflict, key)

@@ -20,22 +20,17 @@ type Deps struct {
 	Pool   *db.Pool
 	Log    *slog.Logger
 	Config config.Config
-	// Ledger posts every entry, so that its side effects (notifications) ride along.
-	Ledger db.Ledger
+	// Ledger posts every entry, so that its side effects (notifications) ride along, and groups the
+	// concurrent postings and hold authorisations of a hot account into one transaction each.
+	Ledger *db.Ledger
 	// Metrics is exported at /metrics; a fresh set when nil.
 	Metrics *metrics.Metrics
-	// Poster posts operator adjustments with group commit through Ledger, so that a hot account takes
-	// many concurrent postings per transaction; each caller still gets its own posting's answer.
-	Poster *db.Poster
 	// Stripe creates the top-ups' Checkout Sessions; nil when no key is configured (top-ups answer 503).
 	Stripe *client.API
 	// Events applies every verified webhook delivery: the processor replay and the reconciler use too.
 	Events *stripeevents.Processor
 	// Jobs is the process's River client; the console lists given-up notifications through it.
 	Jobs *river.Client[db.Tx]
-	// Holds authorises holds with group commit: concurrent authorisations of one (hot) account share
-	// a transaction, each caller still getting its own answer.
-	Holds *db.HoldAuthoriser
 }
 
 // NewHandler returns the whole HTTP surface.

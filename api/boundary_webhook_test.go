@@ -40,7 +40,7 @@ func TestWebhookParksAmountsOutOfRange(t *testing.T) {
 	// A balance already near the top (written straight to the ledger): the credit's own balance
 	// update overflows, and the event parks instead of failing.
 	err := db.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
-		_, err := (db.Ledger{}).Post(context.Background(), tx, db.Posting{AccountID: "acct_max", Kind: db.KindTopup, Amount: math.MaxInt64 - 5, DedupeKey: "stripe:evt_seed_max"})
+		_, err := new(db.Ledger).Post(context.Background(), tx, db.Posting{AccountID: "acct_max", Kind: db.KindTopup, Amount: math.MaxInt64 - 5, DedupeKey: "stripe:evt_seed_max"})
 		return err
 	})
 	if err != nil {
@@ -127,6 +127,29 @@ func TestWebhookRefusesSignaturesFromTheFuture(t *testing.T) {
 	}
 	if r := s.post(body, sign(body, testSecret, time.Now().Add(200*time.Second))); r.status != http.StatusOK || !r.Credited {
 		t.Fatalf("signed 200 s ahead: answered %d %s, want credited", r.status, r.raw)
+	}
+}
+
+// TestWebhookRefusesSeveralTimestamps: a Stripe-Signature holds one t=. With two, the future check and
+// stripe-go's verification could read different ones (a signature minted for a far-future time passing
+// as now), so such a header is refused whichever t= the signature is for.
+func TestWebhookRefusesSeveralTimestamps(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t)
+	s.createAccount("acct_1", "gbp")
+	body := topupEvent("evt_two_t", "cs_t", "pi_t", "acct_1", 100)
+	now, future := time.Now(), time.Now().Add(10*365*24*time.Hour)
+	for name, header := range map[string]string{
+		"now first, signed for the future": fmt.Sprintf("t=%d,%s", now.Unix(), sign(body, testSecret, future)),
+		"signed now, the future after":     sign(body, testSecret, now) + fmt.Sprintf(",t=%d", future.Unix()),
+		"signed now, twice":                fmt.Sprintf("t=%d,%s", now.Unix(), sign(body, testSecret, now)),
+	} {
+		if r := s.post(body, header); r.status != http.StatusBadRequest || r.Error.Code != "invalid_signature" {
+			t.Fatalf("%s (%s): answered %d %s, want 400 invalid_signature", name, header, r.status, r.raw)
+		}
+	}
+	if n := s.rowsWritten(); n != 0 {
+		t.Fatalf("%d rows written by refused deliveries", n)
 	}
 }
 

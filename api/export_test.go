@@ -13,10 +13,11 @@ import (
 )
 
 // WiredDeps wires the handlers on pool as the binary does by default: one Stripe client from cfg (nil
-// without a key), one event processor committing paid Checkout Sessions in groups, one group-commit
-// Poster and hold authoriser, all posting through ledger, and one River client. Metrics is left for
-// the test to set.
-func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledger db.Ledger) Deps {
+// without a key), one Ledger configured as ledger says and committing paid Checkout Sessions in groups,
+// one event processor posting through it, and one River client. Metrics is left for the test to set.
+func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledgerCfg db.LedgerConfig) Deps {
+	ledgerCfg.GroupCheckouts = true
+	ledger := db.NewLedger(pool, ledgerCfg)
 	// Enqueues only: the jobs (parked events a top-up could not re-apply) are worked by serve.
 	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
@@ -24,13 +25,8 @@ func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledger d
 	}
 	stripe := stripeevents.NewStripeClient(cfg.StripeSecretKey, cfg.StripeAPIBase)
 	events := &stripeevents.Processor{
-		Pool: pool, Ledger: ledger, Stripe: stripe, Livemode: cfg.Livemode, Log: log, Checkouts: db.NewCheckoutGrouper(pool, ledger),
+		Pool: pool, Ledger: ledger, Stripe: stripe, Livemode: cfg.Livemode, Log: log,
 		Reapply: stripeevents.NewReapplier(jobs),
 	}
-	return Deps{
-		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
-		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}),
-		Holds:  db.NewHoldAuthoriser(pool, db.PosterOptions{}),
-		Stripe: stripe, Events: events, Jobs: jobs,
-	}
+	return Deps{Pool: pool, Log: log, Config: cfg, Ledger: ledger, Stripe: stripe, Events: events, Jobs: jobs}
 }

@@ -161,7 +161,7 @@ func writeStatementCSV(w http.ResponseWriter, r *http.Request, q db.Conn, bounds
 		progress.entryWritten()
 		return out.Write([]string{
 			strconv.FormatInt(e.Seq, 10), strconv.FormatInt(e.ID, 10), e.CreatedAt.UTC().Format(time.RFC3339Nano),
-			e.Kind, strconv.FormatInt(e.Amount, 10), strconv.FormatInt(e.BalanceAfter, 10), e.DedupeKey, e.Description,
+			e.Kind, strconv.FormatInt(e.Amount, 10), strconv.FormatInt(e.BalanceAfter, 10), csvText(e.DedupeKey), csvText(e.Description),
 		})
 	})
 	if err != nil {
@@ -169,6 +169,16 @@ func writeStatementCSV(w http.ResponseWriter, r *http.Request, q db.Conn, bounds
 	}
 	out.Flush()
 	return out.Error()
+}
+
+// csvText writes a text cell a spreadsheet cannot take for a formula (CSV injection): one starting
+// with = + - @, a tab or a carriage return gets a leading apostrophe, which spreadsheets read as "text".
+// Numbers are written as they are, so a negative amount stays a number.
+func csvText(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
 }
 
 // statementHead is the JSON statement without its entries, which are streamed after it.

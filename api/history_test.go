@@ -165,6 +165,35 @@ func TestStatementAsCSV(t *testing.T) {
 	}
 }
 
+// A CSV statement opened in a spreadsheet runs no formula: a text cell (description, dedupe key) that
+// starts with = + - @, a tab or a carriage return is written with a leading apostrophe, which
+// spreadsheets read as "this is text"; numbers, negative amounts included, stay numbers.
+func TestStatementCSVNeutralisesFormulas(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.createAccount("acct_formula", "usd", 0)
+	t0 := s.dbNow()
+	texts := []string{`=HYPERLINK("http://evil.example","x")`, "+1+2", "-2+3", "@SUM(A1)", "\tcell", "\rcell", "plain = text"}
+	for i, text := range texts {
+		s.post(db.Posting{AccountID: "acct_formula", Kind: db.KindAdjustment, Amount: int64(-1 - i), Description: text, DedupeKey: text})
+	}
+	period := url.Values{"from": {rfc3339(t0)}, "to": {rfc3339(s.dbNow())}}.Encode()
+	got := s.call(http.MethodGet, "/v1/accounts/acct_formula/statement?format=csv&"+period, nil).want(t, http.StatusOK, "")
+	rows, err := csv.NewReader(strings.NewReader(string(got.Body))).ReadAll()
+	if err != nil || len(rows) != len(texts)+1 {
+		t.Fatalf("rows %v, %v", rows, err)
+	}
+	for i, row := range rows[1:] {
+		want := texts[i]
+		if i < len(texts)-1 {
+			want = "'" + want
+		}
+		if amount := strconv.Itoa(-1 - i); row[4] != amount || row[6] != want || row[7] != want {
+			t.Fatalf("row %v: want amount %s, dedupe key and description %q", row, amount, want)
+		}
+	}
+}
+
 func TestEntriesShowSeqAndBalanceAfter(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)

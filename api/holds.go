@@ -88,7 +88,7 @@ func handlePostHold(d Deps) http.Handler {
 				return badRequest("invalid_expires_in", `expires_in must be a Go duration from "1s" to "168h", such as "15m"`)
 			}
 		}
-		out, err := d.Holds.Authorise(r.Context(), id, *req.ID, *req.Amount, ttl)
+		out, err := d.Ledger.AuthoriseHoldGrouped(r.Context(), id, *req.ID, *req.Amount, ttl)
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func handleCaptureHold(d Deps) http.Handler {
 			}
 			amount = *req.Amount
 		}
-		out, err := d.Ledger.CaptureHold(r.Context(), d.Pool, accountID, holdID, amount)
+		out, err := d.Ledger.CaptureHold(r.Context(), accountID, holdID, amount)
 		if err != nil {
 			return err
 		}

@@ -229,7 +229,10 @@ func jsonError(err error) *Error {
 		}
 		return badRequest("invalid_body", "body must be a JSON "+want)
 	case errors.As(err, &typeErr):
-		return badRequest("invalid_"+typeErr.Field, fmt.Sprintf("field %q must be %s", typeErr.Field, typeErr.Type))
+		// Field is the path to the field, array indexes included since Go 1.27 ("1.cost"): the code
+		// names the field, the message where it is.
+		name := typeErr.Field[strings.LastIndex(typeErr.Field, ".")+1:]
+		return badRequest("invalid_"+name, fmt.Sprintf("field %q must be %s", typeErr.Field, typeErr.Type))
 	default:
 		if field, ok := unknownField(err); ok {
 			return badRequest("unknown_field", fmt.Sprintf("unknown field %s", field))

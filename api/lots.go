@@ -84,7 +84,7 @@ func handleVoidLot(d Deps) http.Handler {
 		if err := decodeOptionalJSON(w, r, &struct{}{}); err != nil {
 			return err
 		}
-		voided, err := d.Ledger.VoidLot(r.Context(), d.Pool, id)
+		voided, err := d.Ledger.VoidLot(r.Context(), id)
 		if err != nil {
 			return err
 		}

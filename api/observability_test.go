@@ -117,7 +117,7 @@ func TestWebhookLogsEventAndDedupeKeys(t *testing.T) {
 	var logs logBuffer
 	m := metrics.New()
 	deps := api.WiredDeps(pool, config.Config{WebhookSecrets: []string{testSecret}},
-		slog.New(slog.NewJSONHandler(&logs, nil)), db.Ledger{Observe: m.ObservePosting})
+		slog.New(slog.NewJSONHandler(&logs, nil)), db.LedgerConfig{Observe: m.ObservePosting})
 	deps.Metrics = m
 	srv := httptest.NewServer(api.NewHandler(deps))
 	t.Cleanup(srv.Close)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
 )
 
 // rechargeAccount creates a gbp account holding balance with a saved card and recharge on: below
@@ -14,7 +15,7 @@ import (
 func (s *webhookServer) rechargeAccount(id string, balance int64) {
 	s.t.Helper()
 	ctx := context.Background()
-	if _, err := (db.Ledger{}).CreateAccount(ctx, s.pool, id, "gbp", balance); err != nil {
+	if _, err := dbtest.Ledger(s.t, s.pool).CreateAccount(ctx, id, "gbp", balance); err != nil {
 		s.t.Fatal(err)
 	}
 	if err := db.SetStripeCustomer(ctx, s.pool, id, "cus_"+id); err != nil {
@@ -33,7 +34,7 @@ func (s *webhookServer) rechargeAccount(id string, balance int64) {
 func (s *webhookServer) debit(account, key string, amount int64) {
 	s.t.Helper()
 	err := db.InTx(context.Background(), s.pool, func(tx db.Tx) error {
-		_, err := (db.Ledger{}).Post(context.Background(), tx, db.Posting{
+		_, err := new(db.Ledger).Post(context.Background(), tx, db.Posting{
 			AccountID: account, Kind: db.KindAdjustment, Amount: amount, DedupeKey: key,
 		})
 		return err

@@ -41,6 +41,7 @@ func routes(d Deps) *mux.Router {
 	v1.handle(http.MethodGet, "/v1/topups/{id}", apiKey(handleGetTopup(d)))
 	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(handleVoidLot(d)))
 	v1.handle(http.MethodGet, "/v1/stripe/events", apiKey(handleListStripeEvents(d)))
+	v1.handle(http.MethodGet, "/v1/reports/stripe-drift", apiKey(handleGetStripeDrift(d)))
 
 	// Stripe's webhook, authenticated by its signature.
 	webhooks := r.prefix("/webhooks")
@@ -65,6 +66,7 @@ func routes(d Deps) *mux.Router {
 	console.handle(http.MethodPost, "/console/events/{id}/review", page(c.Review()))
 	console.handle(http.MethodGet, "/console/accounts/{id}", page(c.Account()))
 	console.handle(http.MethodGet, "/console/search", page(c.Search()))
+	console.handle(http.MethodGet, "/console/drift", page(c.Drift()))
 
 	// Open: for load balancers, Prometheus and API clients.
 	r.handle(http.MethodGet, "/healthz", handleHealthz())

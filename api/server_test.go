@@ -47,7 +47,7 @@ func newServerOn(t *testing.T, pool *pgxpool.Pool, configure ...func(*config.Con
 		c(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ts := httptest.NewServer(NewHandler(WiredDeps(pool, cfg, log, db.Ledger{})))
+	ts := httptest.NewServer(NewHandler(WiredDeps(pool, cfg, log, db.LedgerConfig{})))
 	t.Cleanup(ts.Close)
 	return &server{t: t, url: ts.URL, pool: pool}
 }
@@ -224,7 +224,7 @@ func (s *server) post(ps ...db.Posting) {
 func postAll(pool *pgxpool.Pool, ps []db.Posting) error {
 	return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, p := range ps {
-			if _, err := (db.Ledger{}).Post(context.Background(), tx, p); err != nil {
+			if _, err := new(db.Ledger).Post(context.Background(), tx, p); err != nil {
 				return err
 			}
 		}

@@ -18,6 +18,11 @@ import (
 	"github.com/onceledger/onceledger/db"
 )
 
+// topupIDPattern takes every top-up id there is: those the service mints (top_… for the API's orders,
+// rch_… for recharge attempts), and the Checkout Session id an order paid without one is stored under,
+// which Stripe makes of [A-Za-z0-9_] (66 characters for a live session) and the webhook bounds at 255.
+var topupIDPattern = idPattern{max: 255}
+
 type topupJSON struct {
 	ID            string     `json:"id"`
 	AccountID     string     `json:"account_id"`
@@ -210,8 +215,8 @@ func topupFingerprint(key string, amount int64, successURL string, cancelURL *st
 func handleGetTopup(d Deps) http.Handler {
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
 		id := mux.Vars(r)["id"]
-		if !accountIDPattern.MatchString(id) {
-			return badRequest("invalid_topup_id", "top-up id must be 1-64 characters of [A-Za-z0-9_.:-]")
+		if !topupIDPattern.MatchString(id) {
+			return badRequest("invalid_topup_id", "top-up id must be 1-255 characters of [A-Za-z0-9_.:-]")
 		}
 		order, err := db.GetTopup(r.Context(), d.Pool, id)
 		if errors.Is(err, db.ErrNotFound) {

@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,4 +215,36 @@ func TestTopupPaidByWebhookCreditsOnce(t *testing.T) {
 	if n := s.count(`SELECT count(*) FROM topups WHERE account_id = 'acct_pay'`); n != 1 {
 		t.Fatalf("%d orders, want the API's one", n)
 	}
+}
+
+// A session paid without an API-created order (a Payment Link, a Dashboard session) is stored under
+// its session id, so GET /v1/topups/{id} takes every id Stripe can send: a live Checkout Session id of
+// 66 characters, and ids up to the 255 characters the webhook accepts. Longer is a 400.
+func TestTopupFoundByStripeLengthSessionID(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_test_topup_ids"
+	s := newServer(t, func(c *config.Config) { c.WebhookSecrets = []string{secret} })
+	s.createAccount("acct_ids", "usd", 0)
+	live := "cs_live_a1" + strings.Repeat("Bc9", 18) + "xY"
+	if len(live) != 66 {
+		t.Fatalf("live session id of %d characters, want 66", len(live))
+	}
+	longest := "cs_live_" + strings.Repeat("z", 247)
+	for i, session := range []string{live, longest} {
+		body, signature := signedEvent(t, secret, fmt.Sprintf("evt_ids_%d", i), "checkout.session.completed", map[string]any{
+			"id": session, "object": "checkout.session", "payment_status": "paid", "status": "complete",
+			"amount_total": 100, "currency": "usd", "payment_intent": fmt.Sprintf("pi_ids_%d", i),
+			"metadata": map[string]any{"account_id": "acct_ids"},
+		})
+		paid := s.call(http.MethodPost, "/webhooks/stripe", body, "Stripe-Signature", signature, "Authorization", "").want(t, http.StatusOK, "")
+		if paid.JSON["credited"] != true {
+			t.Fatalf("session of %d characters not credited: %s", len(session), paid.Body)
+		}
+		got := s.call(http.MethodGet, "/v1/topups/"+session, nil).want(t, http.StatusOK, "")
+		if topup := got.JSON["topup"].(map[string]any); topup["id"] != session || topup["status"] != "paid" {
+			t.Fatalf("GET the top-up of a %d-character session: %s", len(session), got.Body)
+		}
+	}
+	s.call(http.MethodGet, "/v1/topups/"+longest+"z", nil).want(t, http.StatusBadRequest, "invalid_topup_id")
+	s.wantMoney("acct_ids", 200, 2)
 }

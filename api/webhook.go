@@ -106,6 +106,12 @@ const signatureTolerance = 300 * time.Second
 // would decode the whole body into its types for one pinned api_version, while Stripe renders events in
 // the endpoint's version; stripeevents reads the stable fields it needs, once.
 func verifyStripeSignature(body []byte, header string, secrets []string) error {
+	stamps := timestamps(header)
+	if len(stamps) > 1 {
+		// stripe-go verifies against the last t=; the future check below must read the same one, and
+		// Stripe never sends two.
+		return badRequest("invalid_signature", "the Stripe-Signature header holds more than one timestamp")
+	}
 	var err error
 	for _, secret := range secrets {
 		err = webhook.ValidatePayloadWithTolerance(body, header, secret, signatureTolerance)
@@ -114,7 +120,7 @@ func verifyStripeSignature(body []byte, header string, secrets []string) error {
 		}
 	}
 	switch {
-	case err == nil && signedAt(header).After(time.Now().Add(signatureTolerance)):
+	case err == nil && signedAt(stamps).After(time.Now().Add(signatureTolerance)):
 		// stripe-go bounds only the age.
 		return badRequest("stale_signature", "the signature's timestamp is more than 300 seconds ahead of now")
 	case err == nil:
@@ -131,14 +137,25 @@ func verifyStripeSignature(body []byte, header string, secrets []string) error {
 	}
 }
 
-// signedAt is the t= of a Stripe-Signature header that stripe-go has verified (so it holds one).
-func signedAt(header string) time.Time {
+// timestamps are the t= values of a Stripe-Signature header, read as stripe-go reads its items.
+func timestamps(header string) []string {
+	var out []string
 	for _, item := range strings.Split(header, ",") {
 		if v, ok := strings.CutPrefix(item, "t="); ok {
-			if t, err := strconv.ParseInt(v, 10, 64); err == nil {
-				return time.Unix(t, 0)
-			}
+			out = append(out, v)
 		}
 	}
-	return time.Time{}
+	return out
+}
+
+// signedAt is the one timestamp of a Stripe-Signature header that stripe-go has verified.
+func signedAt(stamps []string) time.Time {
+	if len(stamps) != 1 {
+		return time.Time{}
+	}
+	t, err := strconv.ParseInt(stamps[0], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(t, 0)
 }

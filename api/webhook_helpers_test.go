@@ -55,7 +55,7 @@ func newWebhookServer(t *testing.T, opts ...serverOption) *webhookServer {
 		opt(&cfg)
 	}
 	m := metrics.New()
-	deps := api.WiredDeps(pool, cfg, discardLog(), db.Ledger{Observe: m.ObservePosting})
+	deps := api.WiredDeps(pool, cfg, discardLog(), db.LedgerConfig{Observe: m.ObservePosting})
 	deps.Metrics = m
 	srv := httptest.NewServer(api.NewHandler(deps))
 	t.Cleanup(srv.Close)
@@ -118,7 +118,7 @@ var sign = stripefake.Sign
 
 func (s *webhookServer) createAccount(id, currency string) {
 	s.t.Helper()
-	if _, err := (db.Ledger{}).CreateAccount(context.Background(), s.pool, id, currency, 0); err != nil {
+	if _, err := dbtest.Ledger(s.t, s.pool).CreateAccount(context.Background(), id, currency, 0); err != nil {
 		s.t.Fatalf("create account %s: %v", id, err)
 	}
 }

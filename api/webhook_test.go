@@ -521,7 +521,7 @@ func TestWebhookDatabaseKilledMidRequest(t *testing.T) {
 				t.Fatal("the delivery never answered: it did not block on the account row, or was not killed")
 			}
 			if _, err := s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO ledger%'`); err != nil {
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%ledger_append%'`); err != nil {
 				t.Fatal(err)
 			}
 			continue

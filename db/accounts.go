@@ -34,9 +34,9 @@ type AccountCreated struct {
 // the signup grant under GrantKey in the same transaction. Concurrent or repeated calls collapse to one
 // account and one grant: the primary key decides which call creates, and the grant's key guards the
 // grant itself. An existing account with another currency is ErrCurrencyMismatch.
-func (l Ledger) CreateAccount(ctx context.Context, b Beginner, id, currency string, grant int64) (AccountCreated, error) {
+func (l *Ledger) CreateAccount(ctx context.Context, id, currency string, grant int64) (AccountCreated, error) {
 	var out AccountCreated
-	err := InTx(ctx, b, func(tx Tx) error {
+	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
 		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency})
 		if isNoRows(err) {
@@ -63,9 +63,9 @@ func (l Ledger) CreateAccount(ctx context.Context, b Beginner, id, currency stri
 		if err != nil {
 			return err
 		}
-		out.Granted = posted.Posted
-		if posted.Posted {
-			out.Account.Balance = posted.Balance
+		out.Granted = posted.New
+		if posted.New {
+			out.Account.Balance = posted.Entry.BalanceAfter
 		}
 		return nil
 	})

@@ -67,7 +67,7 @@ type BillingLag struct {
 // MeasureBillingLag looks at the latest window decisions and tells how many of those that can be
 // billed are not, and for how long the oldest has waited, by the database's clock.
 func MeasureBillingLag(ctx context.Context, q Conn, window int32) (BillingLag, error) {
-	r, err := decisionsBillingLag(ctx, q, window)
+	r, err := dbsqlc.New(q).DecisionsBillingLag(ctx, window)
 	if err != nil {
 		return BillingLag{}, fmt.Errorf("measure billing lag: %w", MapError(err))
 	}

@@ -29,8 +29,8 @@ type BilledChunk struct {
 	UptoSeq int64
 	// Read counts the decisions of the chunk, billed before or not.
 	Read int64
-	// Posted are the usage entries inserted, each with its own balance after (Balance = BalanceAfter).
-	Posted []Posted
+	// Posted are the usage entries inserted, each with its own balance after.
+	Posted []Entry
 	// Waiting are the accounts with decisions left unbilled because the account does not exist yet.
 	Waiting []WaitingAccount
 	// Unbillable are the accounts left out because billing them would take a sum or their balance
@@ -47,15 +47,15 @@ type WaitingAccount struct {
 	FirstSeq  int64 // the lowest seq among them
 }
 
-// BillChunk bills, in one transaction on b, the chunk of at most size decisions after afterSeq (up to
-// lastSeq): the accounts with decisions still to bill are locked in id order (AccountsLockForBilling),
-// so that concurrent billing transactions queue instead of deadlocking; then one statement inserts
-// their usage entries, chained per account in decision seq order, and moves those balances through
-// ledger_chain (LedgerUsageInsertForDecisions); OnPosted runs
-// with the new entries in the same transaction. A chunk billed before writes nothing.
-func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int64, size int) (BilledChunk, error) {
+// BillChunk bills, in one transaction, the chunk of at most size decisions after afterSeq (up to
+// lastSeq): the accounts with decisions still to bill are locked in id order (AccountsLock), so that
+// concurrent billing transactions queue instead of deadlocking; then one statement plans their usage
+// entries from the decisions and appends them through the one road, chained per account in decision seq
+// order (LedgerAppendForDecisions); OnPosted runs with the new entries in the same transaction. A chunk
+// billed before writes nothing.
+func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size int) (BilledChunk, error) {
 	out := BilledChunk{UptoSeq: afterSeq}
-	err := InTx(ctx, b, func(tx Tx) error {
+	err := InTx(ctx, l.pool, func(tx Tx) error {
 		out = BilledChunk{UptoSeq: afterSeq}
 		q := dbsqlc.New(tx)
 		end, err := q.DecisionsChunkEnd(ctx, dbsqlc.DecisionsChunkEndParams{
@@ -65,7 +65,7 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 			return MapError(err)
 		}
 		out.UptoSeq, out.Read = end.UptoSeq, end.Decisions
-		unbilled, err := unbilledByAccount(ctx, tx, afterSeq, out.UptoSeq)
+		unbilled, err := q.DecisionsUnbilledByAccount(ctx, dbsqlc.DecisionsUnbilledByAccountParams{AfterSeq: afterSeq, UptoSeq: out.UptoSeq})
 		if err != nil || len(unbilled) == 0 {
 			// Everything in the chunk was billed before: a re-read, and nothing to write.
 			return MapError(err)
@@ -74,10 +74,11 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 		for i, u := range unbilled {
 			ids[i] = u.AccountID
 		}
-		locked, err := lockForBilling(ctx, tx, ids)
+		rows, err := lockAccounts(ctx, q, ids)
 		if err != nil {
-			return MapError(err)
+			return err
 		}
+		locked := lockedIDs(rows)
 		exists := make(map[string]bool, len(locked))
 		for _, id := range locked {
 			exists[id] = true
@@ -90,7 +91,7 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 		if len(locked) == 0 {
 			return nil
 		}
-		rows, err := insertUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
+		entries, err := billUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
 		if errors.Is(err, ErrOutOfRange) {
 			// One account's sum would leave a bigint, which fails the whole statement: bill the others.
 			if out.Unbillable, err = UnbillableAccounts(ctx, tx, afterSeq, out.UptoSeq); err != nil {
@@ -102,7 +103,7 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 			for _, u := range out.Unbillable {
 				locked = slices.DeleteFunc(locked, func(id string) bool { return id == u.AccountID })
 			}
-			rows, err = insertUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
+			entries, err = billUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
 		}
 		if err != nil {
 			return err
@@ -111,19 +112,8 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 		if out.HoldsCaptured, err = CaptureHoldsForDecisions(ctx, tx, afterSeq, out.UptoSeq, locked); err != nil {
 			return err
 		}
-		out.Posted = make([]Posted, len(rows))
-		for i, r := range rows {
-			out.Posted[i] = Posted{
-				Entry: Entry{
-					ID: r.ID, AccountID: r.AccountID, Kind: KindUsage, Amount: r.Amount,
-					Description: r.Description, DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt,
-					Seq: r.Seq, BalanceAfter: r.BalanceAfter,
-				},
-				Posted:  true,
-				Balance: r.BalanceAfter,
-			}
-		}
-		return l.Posted(ctx, tx, out.Posted)
+		out.Posted = entries
+		return l.inserted(ctx, tx, out.Posted)
 	})
 	if err != nil {
 		return BilledChunk{UptoSeq: afterSeq}, err
@@ -131,27 +121,27 @@ func (l Ledger) BillChunk(ctx context.Context, b Beginner, afterSeq, lastSeq int
 	return out, nil
 }
 
-// insertUsage runs LedgerUsageInsertForDecisions for the locked accounts in a savepoint, so that the
-// statement failing with ErrOutOfRange leaves the chunk's transaction usable.
-func insertUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string) ([]dbsqlc.LedgerUsageInsertForDecisionsRow, error) {
+// billUsage runs LedgerAppendForDecisions for the locked accounts in a savepoint, so that the statement
+// failing with ErrOutOfRange leaves the chunk's transaction usable.
+func billUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string) ([]Entry, error) {
 	if len(locked) == 0 {
 		return nil, nil
 	}
-	if citus, err := onCitus(ctx, tx); err != nil || citus {
-		if err != nil {
-			return nil, err
-		}
-		return insertUsageCitus(ctx, tx, afterSeq, uptoSeq, locked)
-	}
-	var rows []dbsqlc.LedgerUsageInsertForDecisionsRow
+	var entries []Entry
 	err := InTx(ctx, tx, func(sp Tx) error {
-		var err error
-		rows, err = dbsqlc.New(sp).LedgerUsageInsertForDecisions(ctx, dbsqlc.LedgerUsageInsertForDecisionsParams{
+		rows, err := dbsqlc.New(sp).LedgerAppendForDecisions(ctx, dbsqlc.LedgerAppendForDecisionsParams{
 			AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIDs: locked,
 		})
+		entries = make([]Entry, len(rows))
+		for i, r := range rows {
+			entries[i] = Entry{
+				ID: r.ID, AccountID: r.AccountID, Kind: KindUsage, Amount: r.Amount, Description: r.Description,
+				DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt, Seq: r.Seq, BalanceAfter: r.BalanceAfter,
+			}
+		}
 		return MapError(err)
 	})
-	return rows, err
+	return entries, err
 }
 
 // Unbillable is an account whose unbilled decisions cannot be billed: their sum, or the balance less
@@ -167,7 +157,7 @@ type Unbillable struct {
 // cannot be billed without leaving a bigint (DecisionsUnbillableAccounts). Billing leaves them out so
 // that the other accounts are billed; verify reports them.
 func UnbillableAccounts(ctx context.Context, q Conn, afterSeq, uptoSeq int64) ([]Unbillable, error) {
-	rows, err := unbillableAccounts(ctx, q, afterSeq, uptoSeq)
+	rows, err := dbsqlc.New(q).DecisionsUnbillableAccounts(ctx, dbsqlc.DecisionsUnbillableAccountsParams{AfterSeq: afterSeq, UptoSeq: uptoSeq})
 	if err != nil {
 		return nil, fmt.Errorf("find accounts whose decisions cannot be billed: %w", MapError(err))
 	}

@@ -22,22 +22,26 @@ type CheckoutState struct {
 	Account *Account
 	// ParkedWaiting: events are parked waiting for the payment.
 	ParkedWaiting bool
-	// Distributed: the database is a Citus cluster, where PayCheckout does not run (its statements
-	// read across shards) and only Recorded is read: every event takes the general path.
-	Distributed bool
+	// GeneralPath: the happy path does not run here (on Citus, where its statements would read across
+	// shards) and only Recorded was read: every event takes the general path.
+	GeneralPath bool
 }
 
 // ReadCheckoutState reads, in one statement, what a completion of session needs to know before its
-// transaction: see CheckoutState.
-func ReadCheckoutState(ctx context.Context, q Conn, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error) {
-	if citus, err := onCitus(ctx, q); err != nil || citus {
-		if err != nil {
-			return CheckoutState{}, err
-		}
-		recorded, err := EventRecorded(ctx, q, eventID)
-		return CheckoutState{Recorded: recorded, Distributed: true}, err
-	}
-	r, err := dbsqlc.New(q).StripeEventsCheckoutState(ctx, dbsqlc.StripeEventsCheckoutStateParams{
+// transaction: see CheckoutState. On Citus it reads only whether the event is recorded.
+func (l *Ledger) ReadCheckoutState(ctx context.Context, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error) {
+	return l.checkoutState(ctx, eventID, sessionID, metadataAccountID, paymentIntent)
+}
+
+// recordedOnly is ReadCheckoutState where the happy path does not run.
+func (l *Ledger) recordedOnly(ctx context.Context, eventID, _, _, _ string) (CheckoutState, error) {
+	recorded, err := EventRecorded(ctx, l.pool, eventID)
+	return CheckoutState{Recorded: recorded, GeneralPath: true}, err
+}
+
+// readCheckoutState is ReadCheckoutState on plain PostgreSQL.
+func (l *Ledger) readCheckoutState(ctx context.Context, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error) {
+	r, err := dbsqlc.New(l.pool).StripeEventsCheckoutState(ctx, dbsqlc.StripeEventsCheckoutStateParams{
 		EventID: eventID, SessionID: sessionID, MetadataAccountID: metadataAccountID, PaymentIntent: paymentIntent,
 	})
 	if err != nil {
@@ -69,13 +73,27 @@ type CheckoutPayment struct {
 	Credit Posting
 }
 
-// credit is the payment's credit as posted: the entry inserted with id, createdAt, seq and balanceAfter.
-func (p CheckoutPayment) credit(id int64, createdAt time.Time, seq, balanceAfter int64) Posted {
-	return Posted{Posted: true, Balance: balanceAfter, Entry: Entry{
-		ID: id, AccountID: p.Order.AccountID, Kind: p.Credit.Kind, Amount: p.Order.Amount, Description: p.Credit.Description,
-		DedupeKey: p.Credit.DedupeKey, PaymentIntent: p.Order.PaymentIntent, CreatedAt: createdAt, Seq: seq,
-		BalanceAfter: balanceAfter,
-	}}
+// credit is the order's credit, as it is posted.
+func (p CheckoutPayment) credit() Posting {
+	c := p.Credit
+	c.AccountID, c.Amount, c.PaymentIntent = p.Order.AccountID, p.Order.Amount, p.Order.PaymentIntent
+	return c
+}
+
+// payArgs are TopupsPay's arguments for the payments, in order.
+func payArgs(payments ...CheckoutPayment) dbsqlc.TopupsPayParams {
+	var arg dbsqlc.TopupsPayParams
+	for _, p := range payments {
+		o := p.Order
+		arg.IDs = append(arg.IDs, o.ID)
+		arg.AccountIDs = append(arg.AccountIDs, o.AccountID)
+		arg.SessionIDs = append(arg.SessionIDs, o.SessionID)
+		arg.PaymentIntents = append(arg.PaymentIntents, o.PaymentIntent)
+		arg.PaidEventIDs = append(arg.PaidEventIDs, p.Event.ID)
+		arg.Amounts = append(arg.Amounts, o.Amount)
+		arg.Currencies = append(arg.Currencies, o.Currency)
+	}
+	return arg
 }
 
 // CheckoutPaid says what PayCheckout did.
@@ -94,53 +112,55 @@ const (
 
 // PayCheckout records a paid Checkout Session's first delivery in two round trips: BEGIN with every
 // statement in one batch, then COMMIT (and OnPosted's work in between, if any). In order, as the general
-// path runs them: the event (StripeEventsInsert), the payment's lock (StripeEventsLockPayment), the
-// order made paid with whether events wait for the payment (TopupsPaySession, after the lock, so that a
-// refund parked meanwhile is seen) and the credit (LedgerInsert). It commits
-// only when each did exactly what the happy path expects (the event is new, this transaction made the
-// order paid and posted its credit, nothing waits), so it never records an outcome the general path
-// would not; otherwise it rolls back and writes nothing. No savepoint is needed: nothing is kept from
-// a transaction that went another way. Plain PostgreSQL only: on Citus it is always CheckoutNotPaid.
-func (l Ledger) PayCheckout(ctx context.Context, pool *Pool, p CheckoutPayment) (CheckoutPaid, Posted, error) {
-	return l.payCheckout(ctx, pool, p, 0)
+// path runs them: the event (StripeEventsInsert), the payment's lock (StripeEventsLockPayment), the order
+// made paid (TopupsPay), whether events wait for the payment (StripeEventsParkedWaiting, after the lock,
+// so that a refund parked meanwhile is seen) and the credit (LedgerAppend). It commits only when each did exactly what the happy
+// path expects (the event is new, this transaction made the order paid and posted its credit, nothing
+// waits), so it never records an outcome the general path would not; otherwise it rolls back and writes
+// nothing. No savepoint is needed: nothing is kept from a transaction that went another way. With
+// GroupCheckouts, concurrent deliveries share one transaction (commitCheckouts), each getting the answer
+// its own would have given. On Citus it is always CheckoutNotPaid: the general path applies the event.
+func (l *Ledger) PayCheckout(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error) {
+	return l.payCheckout(ctx, p)
 }
 
-// errLockWait: a lock was not granted within payCheckout's lockTimeout; nothing was written.
+// errLockWait: a lock was not granted within payCheckoutAlone's lockTimeout; nothing was written.
 var errLockWait = errors.New("a lock was waited for longer than the transaction's lock timeout")
 
-// payCheckout is PayCheckout whose lock waits, with a positive lockTimeout, end there: then it writes
-// nothing and returns errLockWait.
-func (l Ledger) payCheckout(ctx context.Context, pool *Pool, p CheckoutPayment, lockTimeout time.Duration) (CheckoutPaid, Posted, error) {
-	if citus, err := onCitus(ctx, pool); err != nil || citus {
-		return CheckoutNotPaid, Posted{}, err
-	}
+// generalPathOnly is PayCheckout where the happy path does not run.
+func (l *Ledger) generalPathOnly(context.Context, CheckoutPayment) (CheckoutPaid, Posted, error) {
+	return CheckoutNotPaid, Posted{}, nil
+}
+
+// payCheckoutOwn is PayCheckout in a transaction of its own.
+func (l *Ledger) payCheckoutOwn(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error) {
+	return l.payCheckoutAlone(ctx, p, 0)
+}
+
+// payCheckoutAlone is PayCheckout in its own transaction, whose lock waits, with a positive lockTimeout,
+// end there: then it writes nothing and returns errLockWait.
+func (l *Ledger) payCheckoutAlone(ctx context.Context, p CheckoutPayment, lockTimeout time.Duration) (CheckoutPaid, Posted, error) {
 	var (
-		order dbsqlc.TopupsPaySessionRow
-		entry dbsqlc.LedgerInsertRow
-		o, e  = p.Order, p.Event
+		orders  []dbsqlc.TopupsPayRow
+		waiting []string
+		entries []dbsqlc.LedgerAppendRow
+		o, e    = p.Order, p.Event
 	)
+	credit := l.appendArgs([]Posting{p.credit()}, nil)
 	steps := []step{
 		func(q *dbsqlc.Queries) (err error) {
 			_, err = q.StripeEventsInsert(ctx, eventInsert(e))
 			return err
 		},
 		func(q *dbsqlc.Queries) error { return q.StripeEventsLockPayment(ctx, o.PaymentIntent) },
+		func(q *dbsqlc.Queries) (err error) { orders, err = q.TopupsPay(ctx, payArgs(p)); return err },
 		func(q *dbsqlc.Queries) (err error) {
-			order, err = q.TopupsPaySession(ctx, dbsqlc.TopupsPaySessionParams{
-				PaymentIntent: o.PaymentIntent, PaidEventID: e.ID, SessionID: o.SessionID, Amount: o.Amount,
-				Currency: o.Currency, ID: o.ID, AccountID: o.AccountID,
-			})
+			waiting, err = q.StripeEventsParkedWaiting(ctx, []string{o.PaymentIntent})
 			return err
 		},
-		func(q *dbsqlc.Queries) (err error) {
-			entry, err = q.LedgerInsert(ctx, dbsqlc.LedgerInsertParams{
-				AccountID: o.AccountID, Kind: p.Credit.Kind, Amount: o.Amount, Description: p.Credit.Description,
-				DedupeKey: nullable(p.Credit.DedupeKey), PaymentIntent: nullable(o.PaymentIntent),
-			})
-			return err
-		},
+		func(q *dbsqlc.Queries) (err error) { entries, err = q.LedgerAppend(ctx, credit); return err },
 	}
-	tx, errs, err := beginPipelined(ctx, pool, lockTimeout, steps)
+	tx, errs, err := beginPipelined(ctx, l.pool, lockTimeout, steps)
 	if err != nil {
 		return CheckoutNotPaid, Posted{}, err
 	}
@@ -149,7 +169,7 @@ func (l Ledger) payCheckout(ctx context.Context, pool *Pool, p CheckoutPayment, 
 	}
 	if err := firstError(errs); err != nil {
 		_ = endPipelined(ctx, tx, false)
-		if isNoRows(err) || refusedByData(err) {
+		if refusedByData(err) {
 			return CheckoutNotPaid, Posted{}, nil
 		}
 		if lockTimeout > 0 && lockNotAvailable(err) {
@@ -159,16 +179,16 @@ func (l Ledger) payCheckout(ctx context.Context, pool *Pool, p CheckoutPayment, 
 		// fail the same way, and the caller answers it as such.
 		return CheckoutNotPaid, Posted{}, fmt.Errorf("pay session %s: %w", o.SessionID, MapError(err))
 	}
-	if order.ParkedWaiting || order.AccountID != o.AccountID {
+	posted, byRow := appended(entries, 1)
+	if len(orders) != 1 || len(waiting) > 0 || orders[0].AccountID != o.AccountID || byRow[0] == nil {
 		return CheckoutNotPaid, Posted{}, endPipelined(ctx, tx, false)
 	}
-	posted := p.credit(entry.ID, entry.CreatedAt, entry.Seq, entry.BalanceAfter)
-	if err := l.Posted(ctx, tx, []Posted{posted}); err != nil {
+	if err := l.inserted(ctx, tx, posted); err != nil {
 		_ = endPipelined(ctx, tx, false)
 		return CheckoutNotPaid, Posted{}, err
 	}
 	if err := endPipelined(ctx, tx, true); err != nil {
 		return CheckoutNotPaid, Posted{}, err
 	}
-	return CheckoutCredited, posted, nil
+	return CheckoutCredited, Posted{Entry: *byRow[0], New: true}, nil
 }

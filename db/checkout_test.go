@@ -40,7 +40,7 @@ func written(t *testing.T, pool *pgxpool.Pool) (events, orders, entries int) {
 
 func newAccount(t *testing.T, pool *pgxpool.Pool, id string) {
 	t.Helper()
-	if _, err := ledger.CreateAccount(context.Background(), pool, id, "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), id, "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -53,8 +53,8 @@ func TestPayCheckoutCommitsOnlyTheHappyPath(t *testing.T) {
 	pool := dbtest.New(t)
 	newAccount(t, pool, "acct_1")
 
-	paid, posted, err := ledger.PayCheckout(ctx, pool, checkoutPayment("evt_1", "cs_1", "pi_1", "acct_1", 500))
-	if err != nil || paid != db.CheckoutCredited || !posted.Posted || posted.Balance != 500 || posted.Entry.Seq != 1 {
+	paid, posted, err := dbtest.Ledger(t, pool).PayCheckout(ctx, checkoutPayment("evt_1", "cs_1", "pi_1", "acct_1", 500))
+	if err != nil || paid != db.CheckoutCredited || !posted.New || posted.Entry.BalanceAfter != 500 || posted.Entry.Seq != 1 {
 		t.Fatalf("first delivery: %v %+v %v", paid, posted, err)
 	}
 	order, err := db.TopupBySession(ctx, pool, "cs_1")
@@ -71,7 +71,7 @@ func TestPayCheckoutCommitsOnlyTheHappyPath(t *testing.T) {
 	}
 	api := checkoutPayment("evt_api", "cs_api", "pi_api", "acct_1", 700)
 	api.Order.ID = "ignored: the order exists"
-	if paid, posted, err := ledger.PayCheckout(ctx, pool, api); err != nil || paid != db.CheckoutCredited || posted.Balance != 1200 {
+	if paid, posted, err := dbtest.Ledger(t, pool).PayCheckout(ctx, api); err != nil || paid != db.CheckoutCredited || posted.Entry.BalanceAfter != 1200 {
 		t.Fatalf("pending order: %v %+v %v", paid, posted, err)
 	}
 	if order, err := db.GetTopup(ctx, pool, "top_api"); err != nil || order.Status != db.TopupPaid || order.PaidEventID != "evt_api" {
@@ -120,7 +120,7 @@ func TestPayCheckoutCommitsOnlyTheHappyPath(t *testing.T) {
 	cases[5].pay.Credit.DedupeKey = "stripe:evt_1"
 	cases[7].pay.Order.Currency = "eur"
 	for _, c := range cases {
-		paid, _, err := ledger.PayCheckout(ctx, pool, c.pay)
+		paid, _, err := dbtest.Ledger(t, pool).PayCheckout(ctx, c.pay)
 		if err != nil || paid != c.want {
 			t.Errorf("%s: %v %v, want %v", c.name, paid, err, c.want)
 		}
@@ -151,7 +151,7 @@ func TestPayCheckoutConcurrentCompletionsCreditOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i], _, errs[i] = ledger.PayCheckout(ctx, pool, checkoutPayment(fmt.Sprintf("evt_race_%d", i), "cs_race", "pi_race", "acct_race", 300))
+			results[i], _, errs[i] = dbtest.Ledger(t, pool).PayCheckout(ctx, checkoutPayment(fmt.Sprintf("evt_race_%d", i), "cs_race", "pi_race", "acct_race", 300))
 		}()
 	}
 	close(start)
@@ -207,7 +207,7 @@ func TestPayCheckoutSeesARefundParkedWhileItWaitedForThePayment(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		paid, _, err := ledger.PayCheckout(ctx, pool, checkoutPayment("evt_topup", "cs_wait", "pi_wait", "acct_wait", 1000))
+		paid, _, err := dbtest.Ledger(t, pool).PayCheckout(ctx, checkoutPayment("evt_topup", "cs_wait", "pi_wait", "acct_wait", 1000))
 		answered <- answer{paid, err}
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {

@@ -1,7 +1,6 @@
 package db
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,37 +10,31 @@ import (
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
-// CheckoutGrouper commits concurrent first deliveries of paid Checkout Sessions, of any accounts, in
-// one transaction: Ledger.PayCheckout's four steps as one set-based statement each for the whole group
-// (StripeEventsInsertGroup, StripeEventsLockPayments, TopupsPaySessions, LedgerInsertCredits), sent
-// with BEGIN in one batch, then COMMIT. Each delivery still makes its own transaction's work in SQL
-// (an event row, a paid order, a credit with its own seq and balance_after); what the group shares is
-// the round trips, the statements' overhead and the commit.
+// Group commit of Checkout Sessions (LedgerConfig.GroupCheckouts): concurrent first deliveries of paid
+// Checkout Sessions, of any accounts, commit in one transaction: PayCheckout's steps as one set-based
+// statement each for the whole group (StripeEventsInsertGroup, StripeEventsLockPayments, TopupsPay,
+// StripeEventsParkedWaiting, LedgerAppend: the same statements as one delivery's, with more rows), sent
+// with BEGIN in one batch, then COMMIT. Each delivery still makes its own transaction's work in SQL (an event row, a paid
+// order, a credit with its own seq and balance_after); what the group shares is the round trips, the
+// statements' overhead and the commit.
 //
-// To each caller, Pay is exactly Ledger.PayCheckout: the group commits only when every member did what
-// its own PayCheckout would have done (its event new, its order made paid on its account, nothing
-// parked waiting for its payment, its credit posted). A member that did not is taken out and the
-// others are grouped again; the members taken out, those that share an event, session, payment or
-// key with an earlier member of the group, and every member of a group whose statement failed, each
-// run their own PayCheckout once the group is over, and get its answer. One member never fails the
-// others: at worst they all take their own transactions. Only a failed COMMIT is answered to every
-// member as it is, as PayCheckout answers it: whether it committed is unknown, and a redelivery finds
-// out.
+// To each caller, PayCheckout is exactly its own transaction's answer: the group commits only when every
+// member did what its own PayCheckout would have done (its event new, its order made paid on its
+// account, nothing parked waiting for its payment, its credit posted). A member that did not is taken
+// out and the others are grouped again; the members taken out, those that share an event, session,
+// payment or key with an earlier member of the group, and every member of a group whose statement
+// failed, each run their own PayCheckout once the group is over, and get its answer. One member never
+// fails the others: at worst they all take their own transactions. Only a failed COMMIT is answered to
+// every member as it is, as PayCheckout answers it: whether it committed is unknown, and a redelivery
+// finds out.
 //
-// No member waits for others to arrive: a group is whoever arrived while the previous one committed,
-// and a delivery that finds nobody else commits at once, alone, with PayCheckout's statements, so a
-// quiet webhook pays no latency for grouping. One group commits at a time, and never waits long for a lock (lock_timeout,
+// No member waits for others to arrive: a group is whoever arrived while the previous one committed, and
+// a delivery that finds nobody else commits at once, alone, so a quiet webhook pays no latency for
+// grouping. One group commits at a time, and never waits long for a lock (lock_timeout,
 // checkoutLockTimeout): when a member's account, payment or event is held by another transaction (a
 // billing chunk, a hot account's postings, a concurrent delivery), the group gives up and its members
-// take their own transactions, so that one busy account never holds up the deliveries of the others
-// for longer. Grouping is per process; on Citus every member takes its own transaction (where
-// PayCheckout leaves the event to the general path).
-type CheckoutGrouper struct {
-	pool        *Pool
-	ledger      Ledger
-	queue       *groupQueue[CheckoutPayment, checkoutAnswer, struct{}]
-	lockTimeout time.Duration
-}
+// take their own transactions, so that one busy account never holds up the deliveries of the others for
+// longer. Grouping is per process.
 
 // checkoutAnswer is PayCheckout's answer to one member of a group.
 type checkoutAnswer struct {
@@ -70,30 +63,22 @@ const (
 // errPayAlone: the member runs its own PayCheckout (on its caller's goroutine, after the group).
 var errPayAlone = errors.New("pay the session in its own transaction")
 
-// NewCheckoutGrouper returns a grouper that commits through ledger (so that OnPosted rides along, in
-// the group's transaction) on pool.
-func NewCheckoutGrouper(pool *Pool, ledger Ledger) *CheckoutGrouper {
-	g := &CheckoutGrouper{pool: pool, ledger: ledger, lockTimeout: checkoutLockTimeout}
-	g.queue = newGroupQueue(checkoutWindow, maxCheckoutGroup, g.commit)
-	return g
-}
-
-// Pay is Ledger.PayCheckout(ctx, pool, p) through the next group. When ctx ends before a group took p,
+// payCheckoutGrouped is PayCheckout through the next group. When ctx ends before a group took p,
 // nothing was written and ctx's error is returned.
-func (g *CheckoutGrouper) Pay(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error) {
-	a, err := g.queue.do(ctx, "", p)
+func (l *Ledger) payCheckoutGrouped(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error) {
+	a, err := l.checkouts.do(ctx, "", p)
 	if errors.Is(err, errPayAlone) {
-		return g.ledger.PayCheckout(ctx, g.pool, p)
+		return l.payCheckoutOwn(ctx, p)
 	}
 	return a.paid, a.posted, err
 }
 
-func (g *CheckoutGrouper) commit(_ string, _ *struct{}, group []*checkoutMember) {
+func (l *Ledger) commitCheckouts(_ string, _ *struct{}, group []*checkoutMember) {
 	if len(group) == 1 {
 		// Alone, on the drain (the next group gathers meanwhile), with PayCheckout's own statements,
 		// cheaper than the set-based ones for one; a lock held elsewhere sends it to its own goroutine.
 		m := group[0]
-		paid, posted, err := g.ledger.payCheckout(m.ctx, g.pool, m.req, g.lockTimeout)
+		paid, posted, err := l.payCheckoutAlone(m.ctx, m.req, l.checkoutLockTimeout)
 		if errors.Is(err, errLockWait) {
 			err = errPayAlone
 		}
@@ -113,7 +98,7 @@ func (g *CheckoutGrouper) commit(_ string, _ *struct{}, group []*checkoutMember)
 		if len(group) < 2 {
 			break
 		}
-		posted, planned, err := g.payGroup(ctx, group)
+		posted, planned, err := l.payGroup(ctx, group)
 		switch {
 		case errors.Is(err, errCommitFailed):
 			for _, m := range group {
@@ -174,17 +159,14 @@ var errCommitFailed = errors.New("commit of a group of deliveries")
 // payGroup runs group's transaction. When every member went as planned it commits and returns each
 // member's credit (posted, in group order); otherwise it rolls back and returns which members did
 // (planned). err is a statement's failure (the transaction rolled back) or errCommitFailed.
-func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember) (posted []Posted, planned []bool, err error) {
-	if citus, err := onCitus(ctx, g.pool); err != nil || citus {
-		return nil, nil, cmp.Or(err, errPayAlone)
-	}
+func (l *Ledger) payGroup(ctx context.Context, group []*checkoutMember) (posted []Posted, planned []bool, err error) {
 	var (
-		events  = dbsqlc.StripeEventsInsertGroupParams{}
-		orders  = dbsqlc.TopupsPaySessionsParams{}
-		credits = dbsqlc.LedgerInsertCreditsParams{}
+		events   = dbsqlc.StripeEventsInsertGroupParams{}
+		payments = make([]CheckoutPayment, len(group))
+		credits  = make([]Posting, len(group))
 	)
-	for _, m := range group {
-		e, o, c := m.req.Event, m.req.Order, m.req.Credit
+	for i, m := range group {
+		e := m.req.Event
 		events.EventIDs = append(events.EventIDs, e.ID)
 		events.Types = append(events.Types, e.Type)
 		events.APIVersions = append(events.APIVersions, e.APIVersion)
@@ -193,33 +175,30 @@ func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember)
 		events.Payloads = append(events.Payloads, e.Payload)
 		events.Outcomes = append(events.Outcomes, e.Outcome)
 		events.PaymentIntents = append(events.PaymentIntents, e.PaymentIntent)
-		orders.IDs = append(orders.IDs, o.ID)
-		orders.AccountIDs = append(orders.AccountIDs, o.AccountID)
-		orders.SessionIDs = append(orders.SessionIDs, o.SessionID)
-		orders.PaymentIntents = append(orders.PaymentIntents, o.PaymentIntent)
-		orders.PaidEventIDs = append(orders.PaidEventIDs, e.ID)
-		orders.Amounts = append(orders.Amounts, o.Amount)
-		orders.Currencies = append(orders.Currencies, o.Currency)
-		credits.AccountIDs = append(credits.AccountIDs, o.AccountID)
-		credits.Kinds = append(credits.Kinds, c.Kind)
-		credits.Amounts = append(credits.Amounts, o.Amount)
-		credits.Descriptions = append(credits.Descriptions, c.Description)
-		credits.DedupeKeys = append(credits.DedupeKeys, c.DedupeKey)
-		credits.PaymentIntents = append(credits.PaymentIntents, o.PaymentIntent)
+		payments[i], credits[i] = m.req, m.req.credit()
 	}
+	orders := payArgs(payments...)
 	var (
 		recorded []string
-		paid     []dbsqlc.TopupsPaySessionsRow
-		entries  []dbsqlc.LedgerInsertCreditsRow
+		paid     []dbsqlc.TopupsPayRow
+		waiting  []string
+		entries  []dbsqlc.LedgerAppendRow
 	)
-	tx, errs, err := beginPipelined(ctx, g.pool, g.lockTimeout, []step{
+	tx, errs, err := beginPipelined(ctx, l.pool, l.checkoutLockTimeout, []step{
 		func(q *dbsqlc.Queries) (err error) {
 			recorded, err = q.StripeEventsInsertGroup(ctx, events)
 			return err
 		},
 		func(q *dbsqlc.Queries) error { return q.StripeEventsLockPayments(ctx, orders.PaymentIntents) },
-		func(q *dbsqlc.Queries) (err error) { paid, err = q.TopupsPaySessions(ctx, orders); return err },
-		func(q *dbsqlc.Queries) (err error) { entries, err = q.LedgerInsertCredits(ctx, credits); return err },
+		func(q *dbsqlc.Queries) (err error) { paid, err = q.TopupsPay(ctx, orders); return err },
+		func(q *dbsqlc.Queries) (err error) {
+			waiting, err = q.StripeEventsParkedWaiting(ctx, orders.PaymentIntents)
+			return err
+		},
+		func(q *dbsqlc.Queries) (err error) {
+			entries, err = q.LedgerAppend(ctx, l.appendArgs(credits, nil))
+			return err
+		},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -233,29 +212,31 @@ func (g *CheckoutGrouper) payGroup(ctx context.Context, group []*checkoutMember)
 	for _, id := range recorded {
 		isRecorded[id] = true
 	}
-	paidBy := map[string]dbsqlc.TopupsPaySessionsRow{}
+	parked := map[string]bool{}
+	for _, pi := range waiting {
+		parked[pi] = true
+	}
+	paidBy := map[string]dbsqlc.TopupsPayRow{}
 	for _, r := range paid {
-		paidBy[r.SessionID] = r
+		paidBy[deref(r.SessionID)] = r
 	}
-	entryBy := map[string]dbsqlc.LedgerInsertCreditsRow{}
-	for _, r := range entries {
-		entryBy[r.DedupeKey] = r
-	}
+	inserted, byRow := appended(entries, len(group))
 	planned = make([]bool, len(group))
 	posted = make([]Posted, len(group))
 	all := true
 	for i, m := range group {
 		p := m.req
 		order, orderPaid := paidBy[p.Order.SessionID]
-		entry, credited := entryBy[p.Credit.DedupeKey]
-		planned[i] = isRecorded[p.Event.ID] && orderPaid && order.AccountID == p.Order.AccountID && !order.ParkedWaiting && credited
+		planned[i] = isRecorded[p.Event.ID] && orderPaid && order.AccountID == p.Order.AccountID && !parked[p.Order.PaymentIntent] && byRow[i] != nil
 		all = all && planned[i]
-		posted[i] = p.credit(entry.ID, entry.CreatedAt, entry.Seq, entry.BalanceAfter)
+		if byRow[i] != nil {
+			posted[i] = Posted{Entry: *byRow[i], New: true}
+		}
 	}
 	if !all {
 		return nil, planned, endPipelined(ctx, tx, false)
 	}
-	if err := g.ledger.Posted(ctx, tx, posted); err != nil {
+	if err := l.inserted(ctx, tx, inserted); err != nil {
 		_ = endPipelined(ctx, tx, false)
 		return nil, nil, err
 	}

@@ -63,7 +63,7 @@ func lockAccount(t *testing.T, pool *pgxpool.Pool, account string) (release func
 // startOneGroup has g take payments as one group: a first delivery's group is held at the grouper's
 // gate until every payment waits, in order, then let go. wait returns each payment's answer, in order.
 // g must be new.
-func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.CheckoutGrouper, payments []db.CheckoutPayment) (wait func() []checkoutAnswer) {
+func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.Ledger, payments []db.CheckoutPayment) (wait func() []checkoutAnswer) {
 	t.Helper()
 	ctx := context.Background()
 	held, release := db.GateCheckoutGroups(g)
@@ -73,7 +73,7 @@ func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.CheckoutGrouper, paym
 	first := make(chan checkoutAnswer, 1)
 	go func() {
 		id := "evt_" + holder
-		paid, posted, err := g.Pay(ctx, checkoutPayment(id, "cs_"+holder, "pi_"+holder, holder, 1))
+		paid, posted, err := g.PayCheckout(ctx, checkoutPayment(id, "cs_"+holder, "pi_"+holder, holder, 1))
 		first <- checkoutAnswer{paid, posted, err}
 	}()
 	waitFor(t, "the first delivery's group is held", held)
@@ -82,7 +82,7 @@ func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.CheckoutGrouper, paym
 	var wg sync.WaitGroup
 	for i, p := range payments {
 		wg.Go(func() {
-			paid, posted, err := g.Pay(ctx, p)
+			paid, posted, err := g.PayCheckout(ctx, p)
 			answers[i] = checkoutAnswer{paid, posted, err}
 		})
 		// One at a time: the group is in the payments' order.
@@ -99,7 +99,7 @@ func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.CheckoutGrouper, paym
 	}
 }
 
-func payInOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.CheckoutGrouper, payments []db.CheckoutPayment) []checkoutAnswer {
+func payInOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.Ledger, payments []db.CheckoutPayment) []checkoutAnswer {
 	t.Helper()
 	return startOneGroup(t, pool, g, payments)()
 }
@@ -134,7 +134,7 @@ func TestCheckoutGrouperAnswersEachDeliveryAsItsOwnTransaction(t *testing.T) {
 	for _, id := range []string{"acct_a", "acct_b", "acct_c"} {
 		newAccount(t, pool, id)
 	}
-	if paid, _, err := ledger.PayCheckout(ctx, pool, checkoutPayment("evt_old", "cs_old", "pi_old", "acct_c", 50)); err != nil || paid != db.CheckoutCredited {
+	if paid, _, err := dbtest.Ledger(t, pool).PayCheckout(ctx, checkoutPayment("evt_old", "cs_old", "pi_old", "acct_c", 50)); err != nil || paid != db.CheckoutCredited {
 		t.Fatalf("earlier payment: %v %v", paid, err)
 	}
 	if _, _, err := db.InsertPendingTopup(ctx, pool, db.Topup{ID: "top_900", AccountID: "acct_a", Amount: 900, Currency: "usd"}); err != nil {
@@ -205,7 +205,7 @@ func TestCheckoutGrouperAnswersEachDeliveryAsItsOwnTransaction(t *testing.T) {
 	}
 	var before [3]int
 	before[0], before[1], before[2] = written(t, pool)
-	g := db.NewCheckoutGrouper(pool, ledger)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
 	answers := payInOneGroup(t, pool, g, payments)
 
 	var creditedKeys []string
@@ -217,8 +217,8 @@ func TestCheckoutGrouperAnswersEachDeliveryAsItsOwnTransaction(t *testing.T) {
 		}
 		if a.paid == db.CheckoutCredited {
 			creditedKeys = append(creditedKeys, c.pay.Credit.DedupeKey)
-			if e := a.posted.Entry; !a.posted.Posted || e.AccountID != c.pay.Order.AccountID || e.Amount != c.pay.Order.Amount ||
-				e.DedupeKey != c.pay.Credit.DedupeKey || e.ID == 0 || a.posted.Balance != e.BalanceAfter {
+			if e := a.posted.Entry; !a.posted.New || e.AccountID != c.pay.Order.AccountID || e.Amount != c.pay.Order.Amount ||
+				e.DedupeKey != c.pay.Credit.DedupeKey || e.ID == 0 || a.posted.Entry.BalanceAfter != e.BalanceAfter {
 				t.Errorf("%s: posted %+v", c.name, a.posted)
 			}
 		}
@@ -257,7 +257,7 @@ func TestCheckoutGrouperStatementFailureFailsNoOtherMember(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	newAccount(t, pool, "acct_1")
-	if paid, _, err := ledger.PayCheckout(ctx, pool, checkoutPayment("evt_first", "cs_first", "pi_taken", "acct_1", 5)); err != nil || paid != db.CheckoutCredited {
+	if paid, _, err := dbtest.Ledger(t, pool).PayCheckout(ctx, checkoutPayment("evt_first", "cs_first", "pi_taken", "acct_1", 5)); err != nil || paid != db.CheckoutCredited {
 		t.Fatalf("earlier payment: %v %v", paid, err)
 	}
 	payments := []db.CheckoutPayment{
@@ -265,7 +265,7 @@ func TestCheckoutGrouperStatementFailureFailsNoOtherMember(t *testing.T) {
 		checkoutPayment("evt_taken", "cs_taken", "pi_taken", "acct_1", 10),
 		checkoutPayment("evt_2", "cs_2", "pi_2", "acct_1", 20),
 	}
-	g := db.NewCheckoutGrouper(pool, ledger)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
 	answers := payInOneGroup(t, pool, g, payments)
 	for i, want := range []db.CheckoutPaid{db.CheckoutCredited, db.CheckoutNotPaid, db.CheckoutCredited} {
 		if a := answers[i]; a.err != nil || a.paid != want {
@@ -292,12 +292,12 @@ func TestCheckoutGrouperConnectionLostMidGroupLosesNothing(t *testing.T) {
 		account := []string{"acct_cut", "acct_other"}[i%2]
 		payments[i] = checkoutPayment(fmt.Sprintf("evt_%d", i), fmt.Sprintf("cs_%d", i), fmt.Sprintf("pi_%d", i), account, 10)
 	}
-	g := db.NewCheckoutGrouper(pool, ledger)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
 	db.SetCheckoutLockTimeout(g, time.Minute) // long enough to catch the group waiting
 	wait := startOneGroup(t, pool, g, payments)
-	waitFor(t, "the group waits for the account", func() bool { return lockWaiters(t, pool, "LedgerInsertCredits") == 1 })
+	waitFor(t, "the group waits for the account", func() bool { return lockWaiters(t, pool, "LedgerAppend") == 1 })
 	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()
-		AND wait_event_type = 'Lock' AND strpos(query, 'LedgerInsertCredits') > 0`); err != nil {
+		AND wait_event_type = 'Lock' AND strpos(query, 'LedgerAppend') > 0`); err != nil {
 		t.Fatal(err)
 	}
 	release()
@@ -325,7 +325,7 @@ func TestCheckoutGrouperConcurrentRedeliveriesCreditOnce(t *testing.T) {
 	for a := range accounts {
 		newAccount(t, pool, fmt.Sprintf("acct_%d", a))
 	}
-	g := db.NewCheckoutGrouper(pool, ledger)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
 	var sessionsInAll int64
 	for r, sessions := range []int{1, 8, 64, 8, 1} {
 		copies := deliveries / sessions
@@ -341,7 +341,7 @@ func TestCheckoutGrouperConcurrentRedeliveriesCreditOnce(t *testing.T) {
 				p := checkoutPayment(event, fmt.Sprintf("cs_%d_%d", r, s), fmt.Sprintf("pi_%d_%d", r, s), fmt.Sprintf("acct_%d", s%accounts), 1)
 				wg.Go(func() {
 					<-start
-					paid, _, err := g.Pay(ctx, p)
+					paid, _, err := g.PayCheckout(ctx, p)
 					switch {
 					case err != nil:
 						t.Errorf("%s: %v", p.Event.ID, err)
@@ -381,19 +381,19 @@ func TestCheckoutGrouperCallerGoneBeforeItsGroupWritesNothing(t *testing.T) {
 	pool := dbtest.New(t)
 	newAccount(t, pool, "acct_hold")
 	newAccount(t, pool, "acct_gone")
-	g := db.NewCheckoutGrouper(pool, ledger)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
 	held, release := db.GateCheckoutGroups(g)
 	t.Cleanup(release)
 	first := make(chan error, 1)
 	go func() {
-		_, _, err := g.Pay(ctx, checkoutPayment("evt_hold", "cs_hold", "pi_hold", "acct_hold", 1))
+		_, _, err := g.PayCheckout(ctx, checkoutPayment("evt_hold", "cs_hold", "pi_hold", "acct_hold", 1))
 		first <- err
 	}()
 	waitFor(t, "the first delivery's group is held", held)
 	gone, cancel := context.WithCancel(ctx)
 	answered := make(chan error, 1)
 	go func() {
-		_, _, err := g.Pay(gone, checkoutPayment("evt_gone", "cs_gone", "pi_gone", "acct_gone", 1))
+		_, _, err := g.PayCheckout(gone, checkoutPayment("evt_gone", "cs_gone", "pi_gone", "acct_gone", 1))
 		answered <- err
 	}()
 	waitFor(t, "the delivery waits for a group", func() bool { return db.CheckoutsWaiting(g) == 1 })
@@ -426,7 +426,7 @@ func TestCheckoutGrouperBusyAccountHoldsUpNoOtherDelivery(t *testing.T) {
 		checkoutPayment("evt_free_1", "cs_free_1", "pi_free_1", "acct_free", 10),
 		checkoutPayment("evt_free_2", "cs_free_2", "pi_free_2", "acct_free", 20),
 	}
-	g := db.NewCheckoutGrouper(pool, ledger)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
 	wait := startOneGroup(t, pool, g, payments)
 	waitFor(t, "the other account's deliveries are credited", func() bool {
 		acct, err := db.GetAccount(ctx, pool, "acct_free")
@@ -434,7 +434,7 @@ func TestCheckoutGrouperBusyAccountHoldsUpNoOtherDelivery(t *testing.T) {
 	})
 	// And the grouper is free for new deliveries meanwhile.
 	newAccount(t, pool, "acct_later")
-	if paid, _, err := g.Pay(ctx, checkoutPayment("evt_later", "cs_later", "pi_later", "acct_later", 5)); err != nil || paid != db.CheckoutCredited {
+	if paid, _, err := g.PayCheckout(ctx, checkoutPayment("evt_later", "cs_later", "pi_later", "acct_later", 5)); err != nil || paid != db.CheckoutCredited {
 		t.Fatalf("a later delivery: %v %v", paid, err)
 	}
 	release()

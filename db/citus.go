@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"sync"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,9 +13,11 @@ import (
 )
 
 // Scale-out on Citus (SPEC §15). On a database with the citus extension, `migrate up` runs a distribute
-// step after the migrations: sql/citus/prepare.sql once (unique keys that include the distribution column,
-// the chain trigger per entry on shards, the global dedupe_claims), then distributes every table below
-// that exists and is not distributed yet. On plain PostgreSQL nothing of this runs.
+// step after the migrations: sql/citus/prepare.sql (unique keys that include the distribution column, the
+// chain and lot triggers per entry on shards, the global dedupe_claims, and the Citus forms of the
+// functions the one road calls), every time, since running it again is harmless and gives back the Citus
+// forms a later migration would have replaced; then it distributes every table below that exists and is
+// not distributed yet. On plain PostgreSQL nothing of this runs.
 
 // accountTables hold an account's data: distributed by account_id, colocated with accounts, so that a
 // posting's account row, entries and holds are on one node. A new such table is one more line here.
@@ -31,16 +33,19 @@ var accountTables = []string{
 	"lot_terms",
 	"recharge_attempts",
 	"balance_alerts",
+	"stripe_drift",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.
 var keyedTables = [][2]string{
 	{"stripe_events", "event_id"},
 	{"dedupe_claims", "dedupe_key"},
+	// Deployment-wide: one row per clean window of the Stripe drift pass, keyed by its window.
+	{"stripe_drift_checkpoints", "window_start"},
 }
 
-// citusMarker is the table prepare.sql creates: its presence is what makes a database "on Citus" for the
-// posting paths (onCitus).
+// citusMarker is the table prepare.sql creates: its presence is what makes a database "on Citus"
+// (Distributed).
 const citusMarker = "dedupe_claims"
 
 // distribute runs the distribute step when the citus extension is present, and does nothing otherwise.
@@ -50,9 +55,8 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 		return fmt.Errorf("distribute: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var hasCitus, prepared bool
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus'),
-	                                 to_regclass($1) IS NOT NULL`, citusMarker).Scan(&hasCitus, &prepared)
+	var hasCitus bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&hasCitus)
 	if err != nil || !hasCitus {
 		return MapError(err)
 	}
@@ -60,11 +64,18 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 	if _, err := conn.Exec(ctx, `SET citus.enable_unsafe_triggers = on`); err != nil {
 		return fmt.Errorf("distribute: %w", err)
 	}
-	if !prepared {
-		// Simple protocol: the file's statements run as one implicit transaction.
-		if _, err := conn.PgConn().Exec(ctx, citus.Prepare).ReadAll(); err != nil {
-			return fmt.Errorf("distribute: prepare the schema for Citus: %w", err)
+	// One statement at a time, in one transaction: once the tables are distributed, Citus hands a DDL
+	// statement's text on to the workers, which take one statement per command.
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, stmt := range statements(citus.Prepare) {
+			if _, err := tx.Conn().PgConn().Exec(ctx, stmt).ReadAll(); err != nil {
+				return fmt.Errorf("%w\n%.200s", err, stmt)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("distribute: prepare the schema for Citus: %w", err)
 	}
 	// Each colocation group its own: "default" would put every table of text keys in one group.
 	tables := [][3]string{{"accounts", "id", "none"}}
@@ -103,37 +114,13 @@ func distributeTable(ctx context.Context, conn *pgx.Conn, table, column, colocat
 	return nil
 }
 
-// onCitusKey marks, per connection, whether its database is distributed (checked once per connection).
-const onCitusKey = "onceledger.citus"
-
-// poolsOnCitus remembers the answer per pool, for operations handed a pool rather than a transaction.
-var poolsOnCitus sync.Map // *Pool → bool
-
-// onCitus reports whether q's database was distributed by the distribute step, so that the posting paths
-// take their Citus variants (citus_ledger.go). Asked once per connection (or pool), then remembered.
-func onCitus(ctx context.Context, q Conn) (bool, error) {
-	var data map[string]any
-	switch c := q.(type) {
-	case Tx:
-		data = c.Conn().PgConn().CustomData()
-	case *pgx.Conn:
-		data = c.PgConn().CustomData()
-	case *Pool:
-		if v, ok := poolsOnCitus.Load(c); ok {
-			return v.(bool), nil
-		}
-	}
-	if v, ok := data[onCitusKey].(bool); ok {
-		return v, nil
-	}
+// Distributed reports whether q's database was distributed by the distribute step (its marker table
+// exists). NewLedger asks it once; no operation asks again: what differs on Citus is decided then, or
+// lives in the database itself (the functions sql/citus gives their Citus form).
+func Distributed(ctx context.Context, q Conn) (bool, error) {
 	var distributed bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, citusMarker).Scan(&distributed); err != nil {
 		return false, fmt.Errorf("look for Citus: %w", MapError(err))
-	}
-	if data != nil {
-		data[onCitusKey] = distributed
-	} else if pool, ok := q.(*Pool); ok {
-		poolsOnCitus.Store(pool, distributed)
 	}
 	return distributed, nil
 }
@@ -164,4 +151,55 @@ func constraintOf(pgErr *pgconn.PgError) [2]string {
 		}
 	}
 	return [2]string{}
+}
+
+// statements splits a SQL file into its statements: at each semicolon outside a quoted string, a quoted
+// identifier, a dollar-quoted body and a comment.
+func statements(sql string) []string {
+	var (
+		out   []string
+		start int
+	)
+	for i := 0; i < len(sql); i++ {
+		switch c := sql[i]; {
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			if end := strings.IndexByte(sql[i:], '\n'); end >= 0 {
+				i += end
+			} else {
+				i = len(sql)
+			}
+		case c == '\'' || c == '"':
+			if end := strings.IndexByte(sql[i+1:], c); end >= 0 {
+				i += end + 1
+			}
+		case c == '$':
+			if tag := dollarTag.FindString(sql[i:]); tag != "" {
+				if end := strings.Index(sql[i+len(tag):], tag); end >= 0 {
+					i += len(tag) + end + len(tag) - 1
+				}
+			}
+		case c == ';':
+			if stmt := strings.TrimSpace(sql[start : i+1]); stmt != ";" {
+				out = append(out, stmt)
+			}
+			start = i + 1
+		}
+	}
+	if rest := strings.TrimSpace(sql[start:]); rest != "" && !onlyComments(rest) {
+		out = append(out, rest)
+	}
+	return out
+}
+
+// dollarTag matches the opening of a dollar-quoted string ($$ or $tag$).
+var dollarTag = regexp.MustCompile(`^\$[A-Za-z_]*\$`)
+
+// onlyComments reports whether s holds nothing but -- comments.
+func onlyComments(s string) bool {
+	for _, line := range strings.Split(s, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "--") {
+			return false
+		}
+	}
+	return true
 }

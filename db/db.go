@@ -73,30 +73,29 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise. It is the
-// only place that begins, commits or rolls back. The rollback runs even when ctx was cancelled, so a
-// client that went away never leaves a transaction open.
-func InTx(ctx context.Context, b Beginner, fn func(tx Tx) error) (err error) {
+// InTx runs fn in one transaction: committed when fn returns nil, rolled back otherwise, a panic in
+// fn included (rolled back, then the panic goes on up). It is the only place that begins, commits or
+// rolls back. The rollback runs even when ctx was cancelled, so a client that went away never leaves a
+// transaction open, and its connection goes back to the pool.
+func InTx(ctx context.Context, b Beginner, fn func(tx Tx) error) error {
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", MapError(err))
 	}
+	committed := false
 	defer func() {
-		if err != nil {
+		// Every way out but a commit rolls back: an error, a failed commit, a panic.
+		if !committed {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, nested := b.(Tx); !nested {
-		if err := propagateLotTTLs(ctx, tx); err != nil {
-			return err
-		}
-	}
 	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", MapError(err))
 	}
+	committed = true
 	return nil
 }
 

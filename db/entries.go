@@ -42,7 +42,7 @@ func PaymentEntries(ctx context.Context, q Conn, paymentIntent string, limit int
 	}
 	out := make([]Entry, len(rows))
 	for i, r := range rows {
-		out[i] = entryFromRow(r)
+		out[i] = entryFromRow(dbsqlc.LedgerGetByDedupeKeyRow(r))
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,42 +12,37 @@ import (
 
 // InsertGroupAsAdmitted runs a group's insert as if its plan had admitted every posting, whatever the
 // locked balance: the plan of a planner that admits too much. A refused insert returns an error.
-func InsertGroupAsAdmitted(ctx context.Context, tx Tx, postings []Posting) error {
-	q := dbsqlc.New(tx)
-	start, err := q.AccountsLockForGroup(ctx, postings[0].AccountID)
-	if err != nil {
-		return err
-	}
+func InsertGroupAsAdmitted(ctx context.Context, l *Ledger, tx Tx, postings []Posting) error {
 	group := make([]*member, len(postings))
 	var insert []int
 	for i, p := range postings {
 		group[i] = &member{req: p}
 		insert = append(insert, i)
 	}
-	rows, err := q.LedgerInsertGroup(ctx, groupInsertArgs(group, insert, start))
-	_, err = groupEntries(group, insert, rows, err)
+	rows, err := dbsqlc.New(tx).LedgerAppend(ctx, l.appendArgs(postings, nil))
+	_, _, err = groupEntries(group, insert, rows, err)
 	return err
 }
 
-// CheckoutsWaiting is how many deliveries wait for g's next group.
-func CheckoutsWaiting(g *CheckoutGrouper) int {
-	g.queue.mu.Lock()
-	defer g.queue.mu.Unlock()
-	if q := g.queue.queues[""]; q != nil {
+// CheckoutsWaiting is how many deliveries wait for l's next group of Checkout Sessions.
+func CheckoutsWaiting(l *Ledger) int {
+	l.checkouts.mu.Lock()
+	defer l.checkouts.mu.Unlock()
+	if q := l.checkouts.queues[""]; q != nil {
 		return len(q.waiting)
 	}
 	return 0
 }
 
-// GateCheckoutGroups makes g's next group wait, once taken, until release is called; held reports
-// whether a group waits there. Call it before g is used.
-func GateCheckoutGroups(g *CheckoutGrouper) (held func() bool, release func()) {
+// GateCheckoutGroups makes l's next group of Checkout Sessions wait, once taken, until release is
+// called; held reports whether a group waits there. Call it before l is used.
+func GateCheckoutGroups(l *Ledger) (held func() bool, release func()) {
 	var waiting atomic.Bool
 	gate := make(chan struct{})
 	var once sync.Once
-	commit := g.queue.commit
+	commit := l.checkouts.commit
 	first := true
-	g.queue.commit = func(key string, memo *struct{}, group []*checkoutMember) {
+	l.checkouts.commit = func(key string, memo *struct{}, group []*checkoutMember) {
 		if first {
 			first = false
 			waiting.Store(true)
@@ -57,21 +53,21 @@ func GateCheckoutGroups(g *CheckoutGrouper) (held func() bool, release func()) {
 	return waiting.Load, func() { once.Do(func() { close(gate) }) }
 }
 
-// SetCheckoutLockTimeout sets how long g's groups wait for a lock, so that a test can catch one
-// waiting.
-func SetCheckoutLockTimeout(g *CheckoutGrouper, d time.Duration) { g.lockTimeout = d }
+// SetCheckoutLockTimeout sets how long l's groups of Checkout Sessions wait for a lock, so that a test
+// can catch one waiting.
+func SetCheckoutLockTimeout(l *Ledger, d time.Duration) { l.checkoutLockTimeout = d }
 
 // ErrPostAlone is what a group that cannot be planned as one returns.
 var ErrPostAlone = errPostAlone
 
-// PostGroupPlannedOn runs postings as one of s's groups planned on balance, as if the account's
-// previous group had left it: its outcomes in order, and the balance the group left.
-func PostGroupPlannedOn(ctx context.Context, s *Poster, postings []Posting, balance int64) ([]Posted, []error, int64, error) {
+// PostGroupPlannedOn runs postings as one of l's posting groups planned on balance, as if the
+// account's previous group had left it: its outcomes in order, and the balance the group left.
+func PostGroupPlannedOn(ctx context.Context, l *Ledger, postings []Posting, balance int64) ([]Posted, []error, int64, error) {
 	group := make([]*member, len(postings))
 	for i, p := range postings {
 		group[i] = &member{req: p}
 	}
-	outcomes, left, err := s.postGroup(ctx, group, false, lastBalance{balance: balance, known: true})
+	outcomes, left, err := l.postGroup(ctx, group, false, lastBalance{balance: balance, known: true})
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -81,4 +77,54 @@ func PostGroupPlannedOn(ctx context.Context, s *Poster, postings []Posting, bala
 		outs[i], errs[i] = o.ans, o.err
 	}
 	return outs, errs, left, nil
+}
+
+// PostInGroups posts through l's group commit, each of groups as one group of the account's drain, in
+// order, the memo carried from one group to the next as while the account stays busy (so that a group
+// is planned on the balance the one before it left): every member's answer, in order.
+func PostInGroups(l *Ledger, account string, groups [][]Posting) ([]Posted, []error) {
+	var (
+		memo lastBalance
+		outs []Posted
+		errs []error
+	)
+	for _, g := range groups {
+		members := make([]*member, len(g))
+		for i, p := range g {
+			members[i] = &member{req: p, ctx: context.Background(), answer: make(chan outcome, 1)}
+		}
+		l.commitPostings(account, &memo, members)
+		for _, m := range members {
+			a := <-m.answer
+			outs, errs = append(outs, a.ans), append(errs, a.err)
+		}
+	}
+	return outs, errs
+}
+
+// PayInGroups pays through l's group commit of Checkout Sessions, each of groups as one group, in
+// order (a member the group sends to its own transaction runs it then, as PayCheckout does): every
+// member's answer, in order.
+func PayInGroups(l *Ledger, groups [][]CheckoutPayment) ([]CheckoutPaid, []Posted, []error) {
+	var (
+		paid  []CheckoutPaid
+		outs  []Posted
+		errs  []error
+		empty struct{}
+	)
+	for _, g := range groups {
+		members := make([]*checkoutMember, len(g))
+		for i, p := range g {
+			members[i] = &checkoutMember{req: p, ctx: context.Background(), answer: make(chan groupAnswer[checkoutAnswer], 1)}
+		}
+		l.commitCheckouts("", &empty, members)
+		for _, m := range members {
+			a := <-m.answer
+			if errors.Is(a.err, errPayAlone) {
+				a.ans.paid, a.ans.posted, a.err = l.payCheckoutOwn(context.Background(), m.req)
+			}
+			paid, outs, errs = append(paid, a.ans.paid), append(outs, a.ans.posted), append(errs, a.err)
+		}
+	}
+	return paid, outs, errs
 }

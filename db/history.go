@@ -72,7 +72,7 @@ func StatementEntries(ctx context.Context, q Conn, r StatementRange, each func(E
 			return fmt.Errorf("%s's statement ends at seq %d, but no entry follows seq %d", r.AccountID, r.ClosingSeq, after)
 		}
 		for _, row := range rows {
-			if err := each(entryFromRow(row)); err != nil {
+			if err := each(entryFromRow(dbsqlc.LedgerGetByDedupeKeyRow(row))); err != nil {
 				return err
 			}
 		}

@@ -83,10 +83,10 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, am
 	var out HoldAuthorised
 	err := InTx(ctx, b, func(tx Tx) error {
 		q := dbsqlc.New(tx)
-		if _, err := q.HoldsAccountLock(ctx, accountID); isNoRows(err) {
+		if locked, err := lockAccounts(ctx, q, []string{accountID}); err != nil {
+			return err
+		} else if len(locked) == 0 {
 			return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrAccountNotFound)
-		} else if err != nil {
-			return fmt.Errorf("lock account %s: %w", accountID, MapError(err))
 		}
 		row, err := q.HoldsInsert(ctx, dbsqlc.HoldsInsertParams{
 			AccountID: accountID, ID: holdID, Amount: amount, ExpiresInSeconds: expiresIn.Seconds(),
@@ -183,12 +183,12 @@ type HoldCapturedResult struct {
 // decision), ErrHoldVoided, ErrHoldExpired, ErrHoldNotFound. A hold still held but past its expiry is
 // expired by this call (committed) and answered ErrHoldExpired, so that the answer and the stored
 // status agree whether or not the expiry pass has run.
-func (l Ledger) CaptureHold(ctx context.Context, b Beginner, accountID, holdID string, amount int64) (HoldCapturedResult, error) {
+func (l *Ledger) CaptureHold(ctx context.Context, accountID, holdID string, amount int64) (HoldCapturedResult, error) {
 	var (
 		out     HoldCapturedResult
 		refusal error // an answer that commits what the transaction did (an expiry)
 	)
-	err := InTx(ctx, b, func(tx Tx) error {
+	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
 		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
 			return err
@@ -216,7 +216,7 @@ func (l Ledger) CaptureHold(ctx context.Context, b Beginner, accountID, holdID s
 		if err != nil {
 			return err
 		}
-		if !posted.Posted {
+		if !posted.New {
 			// The hold was held until this transaction, so nothing can have posted its key.
 			return fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, HoldKey(accountID, holdID))
 		}
@@ -232,7 +232,7 @@ func (l Ledger) CaptureHold(ctx context.Context, b Beginner, accountID, holdID s
 // notCaptured answers a capture whose UPDATE moved nothing, from the hold as it is now (the account
 // row is locked, so no other resolution can move it meanwhile). A replay returns the original capture
 // with a nil refusal; a hold past its expiry is expired here.
-func (l Ledger) notCaptured(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string, amount int64) (out HoldCapturedResult, refusal, err error) {
+func (l *Ledger) notCaptured(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string, amount int64) (out HoldCapturedResult, refusal, err error) {
 	hold, err := getHold(ctx, q, accountID, holdID)
 	if err != nil {
 		return HoldCapturedResult{}, nil, err
@@ -344,12 +344,12 @@ func resolvedErr(h Hold) error {
 // expiry, billing) locks accounts first, in id order, so that they queue instead of deadlocking. A
 // missing account has no holds.
 func lockHoldAccount(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) error {
-	_, err := q.HoldsAccountLock(ctx, accountID)
-	if isNoRows(err) {
-		return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
-	}
+	locked, err := lockAccounts(ctx, q, []string{accountID})
 	if err != nil {
-		return fmt.Errorf("lock account %s: %w", accountID, MapError(err))
+		return err
+	}
+	if len(locked) == 0 {
+		return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
 	}
 	return nil
 }
@@ -387,11 +387,11 @@ func ExpireHolds(ctx context.Context, b Beginner) (HoldsExpired, error) {
 				return err
 			}
 			found = len(ids)
-			locked, err := q.AccountsLockForBilling(ctx, ids)
+			locked, err := lockAccounts(ctx, q, ids)
 			if err != nil {
 				return err
 			}
-			rows, err := q.HoldsExpire(ctx, locked)
+			rows, err := q.HoldsExpire(ctx, lockedIDs(locked))
 			if err != nil {
 				return err
 			}
@@ -440,7 +440,8 @@ func CaptureHoldsForDecisions(ctx context.Context, tx Tx, afterSeq, uptoSeq int6
 
 // holdViolations checks the holds' invariants (SPEC §11): accounts.held is the sum of the holds in
 // held; each hold was captured at most once, and a capture through the API posted exactly its amount
-// under HoldKey; no hold stays held more than grace past its expiry.
+// under HoldKey; a decision naming a hold captured through the API before it was billed paid only its
+// cost beyond the capture (no hold paid twice); no hold stays held more than grace past its expiry.
 func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration) ([]Violation, error) {
 	var out []Violation
 	held, err := q.HoldsHeldMismatches(ctx)
@@ -465,6 +466,15 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 		out = append(out, Violation{"capture", detail})
 	}
 
+	twice, err := q.HoldsPaidTwice(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check holds paid twice: %w", MapError(err))
+	}
+	for _, p := range twice {
+		out = append(out, Violation{"paid_twice", fmt.Sprintf("hold %s of %s: captured %d through the API, then decision %s (cost %d) billed %d",
+			p.HoldID, p.AccountID, p.CapturedAmount, p.DecisionID, p.Cost, p.Billed)})
+	}
+
 	overdue, err := q.HoldsOverdue(ctx, grace.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("check overdue holds: %w", MapError(err))
@@ -476,22 +486,22 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 	return out, nil
 }
 
-// HoldAuthoriser authorises holds with group commit. Every authorisation on one account serialises
-// on that account's row, so one transaction each caps a hot account at one fsync'd commit per hold.
-// HoldAuthoriser gathers the concurrent authorisations of one account for a few milliseconds and
-// commits them in ONE transaction: the account row locked first, admission in arrival order against
-// the locked available balance, then one statement that inserts the admitted holds under holds_pkey
-// and reserves their sum. A stored id is answered before admission (a replay or a conflict is never
-// admitted again): the insert finds it taken and the group is planned again with its stored holds read
-// first, and a member refused for want of balance has its id read before the refusal is final.
+// AuthoriseHoldGrouped is AuthoriseHold with group commit. Every authorisation on one account
+// serialises on that account's row, so one transaction each caps a hot account at one fsync'd commit per
+// hold. The Ledger gathers the concurrent authorisations of one account for a few milliseconds and
+// commits them in ONE transaction: the account row locked first, admission in arrival order against the
+// locked available balance, then one statement that inserts the admitted holds under holds_pkey and
+// reserves their sum. A stored id is answered before admission (a replay or a conflict is never admitted
+// again): the insert finds it taken and the group is planned again with its stored holds read first, and
+// a member refused for want of balance has its id read before the refusal is final.
 //
-// To each caller, Authorise is exactly AuthoriseHold: Created=false with the stored hold on a replay,
-// ErrDedupeConflict, ErrInsufficientBalance, ErrAccountNotFound; one member's refusal never fails
-// the others. A group that fails as a whole with a transient error answers that error to every member;
-// any other failure is resolved by authorising its members one transaction each.
-type HoldAuthoriser struct {
-	pool  Beginner
-	queue *groupQueue[authRequest, HoldAuthorised, struct{}]
+// To each caller, it is exactly AuthoriseHold: Created=false with the stored hold on a replay,
+// ErrDedupeConflict, ErrInsufficientBalance, ErrAccountNotFound; one member's refusal never fails the
+// others. A group that fails as a whole with a transient error answers that error to every member; any
+// other failure is resolved by authorising its members one transaction each. It returns once the group
+// committed (or failed).
+func (l *Ledger) AuthoriseHoldGrouped(ctx context.Context, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
+	return l.holds.do(ctx, accountID, authRequest{holdID: holdID, amount: amount, ttl: expiresIn})
 }
 
 type authRequest struct {
@@ -500,22 +510,9 @@ type authRequest struct {
 	ttl    time.Duration
 }
 
-// NewHoldAuthoriser returns a HoldAuthoriser on pool, grouping as PosterOptions say.
-func NewHoldAuthoriser(pool Beginner, o PosterOptions) *HoldAuthoriser {
-	a := &HoldAuthoriser{pool: pool}
-	a.queue = newGroupQueue(o.Window, o.MaxGroup, a.commit)
-	return a
-}
-
-// Authorise authorises the hold in the next group of its account and returns once that group
-// committed (or failed).
-func (a *HoldAuthoriser) Authorise(ctx context.Context, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
-	return a.queue.do(ctx, accountID, authRequest{holdID: holdID, amount: amount, ttl: expiresIn})
-}
-
 type authMember = groupMember[authRequest, HoldAuthorised]
 
-func (a *HoldAuthoriser) commit(account string, _ *struct{}, group []*authMember) {
+func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	if len(group) > 1 {
@@ -524,7 +521,7 @@ func (a *HoldAuthoriser) commit(account string, _ *struct{}, group []*authMember
 			readIDs bool // the first attempt assumes every id is new, the common case
 		)
 		for range regroupAttempts {
-			err = a.authoriseGroup(ctx, account, group, readIDs)
+			err = l.authoriseGroup(ctx, account, group, readIDs)
 			if errors.Is(err, errRegroup) {
 				readIDs = true
 				continue
@@ -547,7 +544,7 @@ func (a *HoldAuthoriser) commit(account string, _ *struct{}, group []*authMember
 		}
 	}
 	for _, m := range group {
-		m.reply(AuthoriseHold(ctx, a.pool, account, m.req.holdID, m.req.amount, m.req.ttl))
+		m.reply(AuthoriseHold(ctx, l.pool, account, m.req.holdID, m.req.amount, m.req.ttl))
 	}
 }
 
@@ -556,17 +553,18 @@ func (a *HoldAuthoriser) commit(account string, _ *struct{}, group []*authMember
 // such; without, every id is assumed new and a taken one (HoldsInsertGroup returns no row for it) rolls
 // the group back with errRegroup. Skipping the read keeps the common case at two statements: the
 // account's lock, then the insert with its reservation.
-func (a *HoldAuthoriser) authoriseGroup(ctx context.Context, account string, group []*authMember, readIDs bool) error {
+func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*authMember, readIDs bool) error {
 	var answers []groupAnswer[HoldAuthorised]
-	err := InTx(ctx, a.pool, func(tx Tx) error {
+	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
-		locked, err := q.HoldsAccountLock(ctx, account)
-		if isNoRows(err) {
-			return errPostAlone
-		}
+		rows, err := q.AccountsLock(ctx, []string{account})
 		if err != nil {
 			return fmt.Errorf("lock account %s: %w", account, err)
 		}
+		if len(rows) == 0 {
+			return errPostAlone
+		}
+		locked := rows[0]
 		stored := map[string]Hold{}
 		if readIDs {
 			if stored, err = storedHolds(ctx, q, account, holdIDs(group, nil)); err != nil {

@@ -23,7 +23,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_hot", "usd", 100); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_hot", "usd", 100); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.AuthoriseHold(ctx, pool, "acct_hot", "stored", 10, time.Hour); err != nil {
@@ -42,7 +42,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	// Staggered so that arrival order is the slice's order, all inside one window: 40 ms apart, so
 	// that a goroutine woken late on a loaded machine still arrives after the one before it.
 	const stagger = 40 * time.Millisecond
-	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: time.Duration(len(auths)+2) * stagger})
+	authoriser := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: time.Duration(len(auths)+2) * stagger}})
 	outs := make([]db.HoldAuthorised, len(auths))
 	errs := make([]error, len(auths))
 	var wg sync.WaitGroup
@@ -51,7 +51,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * stagger)
-			outs[i], errs[i] = authoriser.Authorise(ctx, "acct_hot", a.hold, a.amount, time.Hour)
+			outs[i], errs[i] = authoriser.AuthoriseHoldGrouped(ctx, "acct_hot", a.hold, a.amount, time.Hour)
 		}()
 	}
 	wg.Wait()
@@ -83,13 +83,13 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 func TestHoldAuthoriserUnknownAccount(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow})
+	authoriser := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}})
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := authoriser.Authorise(context.Background(), "acct_none", "h", 1, time.Minute); !errors.Is(err, db.ErrAccountNotFound) {
+			if _, err := authoriser.AuthoriseHoldGrouped(context.Background(), "acct_none", "h", 1, time.Minute); !errors.Is(err, db.ErrAccountNotFound) {
 				t.Errorf("authorise on a missing account: %v", err)
 			}
 		}()
@@ -99,7 +99,7 @@ func TestHoldAuthoriserUnknownAccount(t *testing.T) {
 
 // authoriseAllAtOnce authorises every authorisation from its own goroutine, released together, and
 // returns each caller's answer in order.
-func authoriseAllAtOnce(authoriser *db.HoldAuthoriser, account string, auths []authorisation) ([]db.HoldAuthorised, []error) {
+func authoriseAllAtOnce(authoriser *db.Ledger, account string, auths []authorisation) ([]db.HoldAuthorised, []error) {
 	outs := make([]db.HoldAuthorised, len(auths))
 	errs := make([]error, len(auths))
 	start := make(chan struct{})
@@ -109,7 +109,7 @@ func authoriseAllAtOnce(authoriser *db.HoldAuthoriser, account string, auths []a
 		go func() {
 			defer wg.Done()
 			<-start
-			outs[i], errs[i] = authoriser.Authorise(context.Background(), account, a.hold, a.amount, time.Hour)
+			outs[i], errs[i] = authoriser.AuthoriseHoldGrouped(context.Background(), account, a.hold, a.amount, time.Hour)
 		}()
 	}
 	close(start)
@@ -124,10 +124,10 @@ func TestHoldAuthoriser64WayReplaysReserveOnce(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_storm", "usd", 100); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_storm", "usd", 100); err != nil {
 		t.Fatal(err)
 	}
-	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow})
+	authoriser := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}})
 	for _, round := range []struct {
 		hold    string
 		amount  int64
@@ -179,14 +179,14 @@ func TestHoldAuthoriserMemberFailureFailsOnlyThatMember(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_member", "usd", 100); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_member", "usd", 100); err != nil {
 		t.Fatal(err)
 	}
 	auths := []authorisation{{"bad id!", 5}, {"negative", -5}}
 	for i := range 8 {
 		auths = append(auths, authorisation{fmt.Sprintf("ok-%d", i), 5})
 	}
-	outs, errs := authoriseAllAtOnce(db.NewHoldAuthoriser(pool, db.PosterOptions{Window: burstWindow}), "acct_member", auths)
+	outs, errs := authoriseAllAtOnce(dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}}), "acct_member", auths)
 	for i := range 2 {
 		if errs[i] == nil || errors.Is(errs[i], db.ErrTransient) {
 			t.Fatalf("invalid authorisation %+v = %+v, %v; want its own error", auths[i], outs[i], errs[i])
@@ -217,7 +217,7 @@ func TestOpenHoldsAndHoldsExpiringWithin(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	for _, acct := range []string{"acct_x", "acct_y"} {
-		if _, err := ledger.CreateAccount(ctx, pool, acct, "usd", 1000); err != nil {
+		if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, acct, "usd", 1000); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,5 +265,34 @@ func TestOpenHoldsAndHoldsExpiringWithin(t *testing.T) {
 	}
 	if got, want := ids(expiring), "[acct_y/y_soon/held acct_x/soon/held]"; got != want {
 		t.Fatalf("holds expiring within an hour: %s, want %s", got, want)
+	}
+}
+
+// verify reports a hold paid twice: a decision whose hold was captured through the API first, billed
+// its whole cost anyway (posted here around billing's rule, as a broken biller would).
+func TestVerifyFindsAHoldPaidTwice(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	ledger := dbtest.Ledger(t, pool)
+	if _, err := ledger.CreateAccount(ctx, "acct_twice", "usd", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.AuthoriseHold(ctx, pool, "acct_twice", "h1", 60, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.CaptureHold(ctx, "acct_twice", "h1", 60); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.StoreDecisions(ctx, pool, []db.Decision{{ID: "d1", AccountID: "acct_twice", Cost: 60, OccurredAt: time.Now(), HoldID: "h1"}}); err != nil {
+		t.Fatal(err)
+	}
+	verifyClean(t, pool)
+	if _, err := post(t, pool, db.Posting{AccountID: "acct_twice", Kind: db.KindUsage, Amount: -60, DedupeKey: "decision:d1"}); err != nil {
+		t.Fatal(err)
+	}
+	violations, err := db.Verify(ctx, pool, time.Now(), time.Hour, time.Hour)
+	if err != nil || len(violations) != 1 || violations[0].Check != "paid_twice" {
+		t.Fatalf("verify: %v %v, want the hold paid twice", violations, err)
 	}
 }

@@ -29,7 +29,7 @@ func post(t *testing.T, pool *pgxpool.Pool, p db.Posting) (db.Posted, error) {
 
 func createAccount(t *testing.T, pool *pgxpool.Pool, id string) {
 	t.Helper()
-	if _, err := ledger.CreateAccount(context.Background(), pool, id, "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), id, "usd", 0); err != nil {
 		t.Fatalf("create account %s: %v", id, err)
 	}
 }
@@ -76,7 +76,7 @@ func TestPostSameKeyConcurrentlyPostsOnce(t *testing.T) {
 			switch {
 			case err != nil:
 				t.Errorf("post: %v", err)
-			case out.Posted:
+			case out.New:
 				posted++
 			default:
 				replayed++
@@ -105,12 +105,12 @@ func TestPostReplayAndConflict(t *testing.T) {
 
 	first := db.Posting{AccountID: "acct_a", Kind: db.KindTopup, Amount: 500, DedupeKey: "stripe:evt_1"}
 	out, err := post(t, pool, first)
-	if err != nil || !out.Posted || out.Balance != 500 {
+	if err != nil || !out.New || out.Entry.BalanceAfter != 500 {
 		t.Fatalf("first post = %+v, %v; want posted with balance 500", out, err)
 	}
 
 	replay, err := post(t, pool, first)
-	if err != nil || replay.Posted {
+	if err != nil || replay.New {
 		t.Fatalf("replay = %+v, %v; want posted=false, nil", replay, err)
 	}
 	if replay.Entry.ID != out.Entry.ID {
@@ -228,7 +228,7 @@ func TestCreateAccountConcurrentlyGrantsOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			out, err := ledger.CreateAccount(context.Background(), pool, "acct_signup", "eur", 250)
+			out, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), "acct_signup", "eur", 250)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -255,7 +255,7 @@ func TestCreateAccountConcurrentlyGrantsOnce(t *testing.T) {
 	if got := balance(t, pool, "acct_signup"); got != 250 {
 		t.Fatalf("balance = %d, want 250", got)
 	}
-	if _, err := ledger.CreateAccount(context.Background(), pool, "acct_signup", "usd", 250); !errors.Is(err, db.ErrCurrencyMismatch) {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), "acct_signup", "usd", 250); !errors.Is(err, db.ErrCurrencyMismatch) {
 		t.Fatalf("other currency: err = %v, want ErrCurrencyMismatch", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -13,8 +12,8 @@ import (
 
 // Credit lots (SPEC §12) are made, drawn, refilled and closed by the database itself: the trigger
 // ledger_lots applies every ledger insert to the lots of its accounts, under the account locks every
-// posting path takes (migration 000009). Go reads lots, asks for a credit's lot terms, and posts the
-// entries that end lots (expiry and void).
+// posting path takes (migrations 000009 and 000012), reading what each entry says (its lot terms, the lot
+// it takes, the reversal it undoes). Go reads lots and posts the entries that end them (expiry and void).
 
 // Lot categories.
 const (
@@ -48,94 +47,11 @@ type Draw struct {
 	Amount int64
 }
 
-// LotTerms is the lot a credit asks for: positive adjustments choose theirs.
+// LotTerms is the lot a credit asks for (Posting.Lot): positive adjustments choose theirs.
 type LotTerms struct {
 	Category  string // LotPaid or LotPromotional
 	Priority  int    // 0-100
 	ExpiresAt *time.Time
-}
-
-// WithLotTTLs sets the lifetimes of the lots the ledger makes for top-ups (paidCredit) and for signup
-// grants (grant) on every connection of the pool (zero: never expire). The trigger ledger_lots reads
-// them when it makes a lot, so every path that credits a top-up or a grant gets them.
-func WithLotTTLs(paidCredit, grant time.Duration) Option {
-	return func(cfg *poolConfig) {
-		params := cfg.ConnConfig.RuntimeParams
-		if paidCredit > 0 {
-			params[paidCreditTTLSetting] = seconds(paidCredit)
-		}
-		if grant > 0 {
-			params[grantTTLSetting] = seconds(grant)
-		}
-	}
-}
-
-// The session settings lots_ttl reads.
-const (
-	paidCreditTTLSetting = "onceledger.paid_credit_ttl"
-	grantTTLSetting      = "onceledger.grant_ttl"
-)
-
-// propagateLotTTLs carries the connection's lot lifetimes to the nodes a transaction touches on Citus,
-// where ledger_lots runs on the workers' shards, in sessions Citus opens that do not have the
-// coordinator connection's settings: SET LOCAL, which Citus passes on to every node of the transaction
-// (citus.propagate_set_commands = local). InTx calls it as a transaction begins; it does nothing on
-// plain PostgreSQL or without lifetimes. The statement is worked out once per connection.
-func propagateLotTTLs(ctx context.Context, tx Tx) error {
-	data := tx.Conn().PgConn().CustomData()
-	sql, ok := data[lotTTLsKey].(string)
-	if !ok {
-		var err error
-		if sql, err = lotTTLsStatement(ctx, tx); err != nil {
-			return err
-		}
-		data[lotTTLsKey] = sql
-	}
-	if sql == "" {
-		return nil
-	}
-	if _, err := tx.Conn().PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-		return fmt.Errorf("set lot lifetimes: %w", MapError(err))
-	}
-	return nil
-}
-
-// lotTTLsKey holds, per connection, what propagateLotTTLs runs ("" for nothing).
-const lotTTLsKey = "onceledger.lot_ttls"
-
-func lotTTLsStatement(ctx context.Context, tx Tx) (string, error) {
-	params := tx.Conn().Config().RuntimeParams
-	var sets []string
-	for _, name := range []string{paidCreditTTLSetting, grantTTLSetting} {
-		if v, ok := params[name]; ok {
-			sets = append(sets, "SET LOCAL "+name+" = '"+strings.ReplaceAll(v, "'", "''")+"'")
-		}
-	}
-	if len(sets) == 0 {
-		return "", nil
-	}
-	citus, err := onCitus(ctx, tx)
-	if err != nil || !citus {
-		return "", err
-	}
-	return "SET LOCAL citus.propagate_set_commands = 'local'; " + strings.Join(sets, "; "), nil
-}
-
-func seconds(d time.Duration) string {
-	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " seconds"
-}
-
-// SetLotTerms stores the lot the credit posted under dedupeKey asks for, before it is posted (in the
-// same transaction or before it). The first terms stored under a key stand; nothing is stored when
-// the account does not exist.
-func SetLotTerms(ctx context.Context, q Conn, accountID, dedupeKey string, t LotTerms) error {
-	err := dbsqlc.New(q).LotTermsInsert(ctx, dbsqlc.LotTermsInsertParams{
-		AccountID: accountID, DedupeKey: dedupeKey, Category: t.Category, Priority: int16(t.Priority), ExpiresAt: t.ExpiresAt,
-	})
-	if err != nil {
-		return fmt.Errorf("store lot terms for %q: %w", dedupeKey, MapError(err))
-	}
-	return nil
 }
 
 // Lots returns an account's lots in draw order: those with credit left, or every lot with all.
@@ -180,7 +96,7 @@ func lotFromRow(r dbsqlc.CreditLot) Lot {
 
 // EntryDraws returns, per entry id, the lots each of an account's entries drew from.
 func EntryDraws(ctx context.Context, q Conn, accountID string, entryIDs []int64) (map[int64][]Draw, error) {
-	rows, err := dbsqlc.New(q).LotDrawsByEntries(ctx, dbsqlc.LotDrawsByEntriesParams{AccountID: accountID, EntryIds: entryIDs})
+	rows, err := dbsqlc.New(q).LotDrawsByEntries(ctx, dbsqlc.LotDrawsByEntriesParams{AccountID: accountID, EntryIDs: entryIDs})
 	if err != nil {
 		return nil, fmt.Errorf("read draws of %s: %w", accountID, MapError(err))
 	}
@@ -205,17 +121,16 @@ type LotVoided struct {
 // VoidLot voids a lot: in one transaction, after locking its account, a void entry keyed void:{lot_id}
 // takes what is left of it and ledger_lots closes it (a lot with nothing left is closed without an
 // entry). Voiding a closed lot changes nothing (Posted=false). ErrLotNotFound when there is no such lot.
-func (l Ledger) VoidLot(ctx context.Context, b Beginner, lotID int64) (LotVoided, error) {
+func (l *Ledger) VoidLot(ctx context.Context, lotID int64) (LotVoided, error) {
 	var out LotVoided
-	err := InTx(ctx, b, func(tx Tx) error {
+	err := InTx(ctx, l.pool, func(tx Tx) error {
 		out = LotVoided{}
 		lot, err := GetLot(ctx, tx, lotID)
 		if err != nil {
 			return err
 		}
-		q := dbsqlc.New(tx)
-		if _, err := q.AccountsLockForGroup(ctx, lot.AccountID); err != nil {
-			return fmt.Errorf("lock account %s: %w", lot.AccountID, MapError(err))
+		if _, err := lockAccounts(ctx, dbsqlc.New(tx), []string{lot.AccountID}); err != nil {
+			return err
 		}
 		// Read again under the lock: what is left now.
 		if lot, err = GetLot(ctx, tx, lotID); err != nil {
@@ -224,18 +139,19 @@ func (l Ledger) VoidLot(ctx context.Context, b Beginner, lotID int64) (LotVoided
 		switch {
 		case lot.ClosedAt != nil:
 		case lot.Remaining == 0:
-			if err := closeEmptyLot(ctx, tx, lot); err != nil {
+			_, err := dbsqlc.New(tx).CreditLotsClose(ctx, dbsqlc.CreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID})
+			if err != nil {
 				return fmt.Errorf("close lot %d: %w", lot.ID, MapError(err))
 			}
 		default:
 			posted, err := l.Post(ctx, tx, Posting{
 				AccountID: lot.AccountID, Kind: KindVoid, Amount: -lot.Remaining,
-				Description: "lot " + strconv.FormatInt(lot.ID, 10) + " voided", DedupeKey: VoidKey(lot.ID),
+				Description: "lot " + strconv.FormatInt(lot.ID, 10) + " voided", DedupeKey: VoidKey(lot.ID), LotID: lot.ID,
 			})
 			if err != nil {
 				return err
 			}
-			out.Posted, out.Entry = posted.Posted, posted.Entry
+			out.Posted, out.Entry = posted.New, posted.Entry
 		}
 		out.Lot, err = GetLot(ctx, tx, lotID)
 		return err
@@ -244,13 +160,13 @@ func (l Ledger) VoidLot(ctx context.Context, b Beginner, lotID int64) (LotVoided
 }
 
 // ExpireLots runs one step of the expiry pass in one transaction: the accounts (at most maxAccounts)
-// holding open lots past their expiry on the database clock are locked in id order, then one
-// statement posts an expiry entry keyed expire:{lot_id} for what is left of each such lot, which
-// ledger_lots closes; expired lots with nothing left are closed. The remaining is read under the
-// account locks, so billing and expiry queue: no credit is both spent and expired. Returns the entries
-// posted and whether accounts may be left (maxAccounts were taken).
-func (l Ledger) ExpireLots(ctx context.Context, b Beginner, maxAccounts int) (posted []Posted, more bool, err error) {
-	err = InTx(ctx, b, func(tx Tx) error {
+// holding open lots past their expiry on the database clock are locked in id order, then one statement
+// posts, through the one road, an expiry entry keyed expire:{lot_id} for what is left of each such lot,
+// which ledger_lots closes (LedgerAppendExpiries); expired lots with nothing left are closed. The
+// remaining is read under the account locks, so billing and expiry queue: no credit is both spent and
+// expired. Returns the entries posted and whether accounts may be left (maxAccounts were taken).
+func (l *Ledger) ExpireLots(ctx context.Context, maxAccounts int) (posted []Entry, more bool, err error) {
+	err = InTx(ctx, l.pool, func(tx Tx) error {
 		posted, more = nil, false
 		q := dbsqlc.New(tx)
 		due, err := q.CreditLotsExpiringAccounts(ctx, int32(maxAccounts))
@@ -258,61 +174,26 @@ func (l Ledger) ExpireLots(ctx context.Context, b Beginner, maxAccounts int) (po
 			return MapError(err)
 		}
 		more = len(due) == maxAccounts
-		locked, err := lockForBilling(ctx, tx, due)
-		if err != nil {
-			return MapError(err)
-		}
-		rows, err := expireLocked(ctx, tx, locked)
+		rows, err := lockAccounts(ctx, q, due)
 		if err != nil {
 			return err
 		}
-		posted = make([]Posted, len(rows))
-		for i, r := range rows {
-			posted[i] = Posted{
-				Entry: Entry{
-					ID: r.ID, AccountID: r.AccountID, Kind: KindExpiry, Amount: r.Amount, Description: r.Description,
-					DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt, Seq: r.Seq, BalanceAfter: r.BalanceAfter,
-				},
-				Posted: true, Balance: r.BalanceAfter,
+		locked := lockedIDs(rows)
+		expired, err := q.LedgerAppendExpiries(ctx, locked)
+		if err != nil {
+			return fmt.Errorf("post expiries: %w", MapError(err))
+		}
+		if _, err := q.CreditLotsCloseExpiredEmpty(ctx, locked); err != nil {
+			return fmt.Errorf("close expired lots: %w", MapError(err))
+		}
+		posted = make([]Entry, len(expired))
+		for i, r := range expired {
+			posted[i] = Entry{
+				ID: r.ID, AccountID: r.AccountID, Kind: KindExpiry, Amount: r.Amount, Description: r.Description,
+				DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt, Seq: r.Seq, BalanceAfter: r.BalanceAfter,
 			}
 		}
-		return l.Posted(ctx, tx, posted)
+		return l.inserted(ctx, tx, posted)
 	})
 	return posted, more, err
-}
-
-// closeEmptyLot is CreditLotsClose, on Citus through its variant.
-func closeEmptyLot(ctx context.Context, tx Tx, lot Lot) error {
-	citus, err := onCitus(ctx, tx)
-	if err != nil {
-		return err
-	}
-	q := dbsqlc.New(tx)
-	if citus {
-		_, err = q.CitusCreditLotsClose(ctx, dbsqlc.CitusCreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID})
-	} else {
-		_, err = q.CreditLotsClose(ctx, dbsqlc.CreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID})
-	}
-	return err
-}
-
-// expireLocked posts the expiries of the locked accounts' lots past their expiry and closes those with
-// nothing left: one statement each on plain PostgreSQL, expireLockedCitus on Citus.
-func expireLocked(ctx context.Context, tx Tx, locked []string) ([]dbsqlc.CreditLotsExpireRow, error) {
-	citus, err := onCitus(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	if citus {
-		return expireLockedCitus(ctx, tx, locked)
-	}
-	q := dbsqlc.New(tx)
-	rows, err := q.CreditLotsExpire(ctx, locked)
-	if err != nil {
-		return nil, fmt.Errorf("post expiries: %w", MapError(err))
-	}
-	if _, err := q.CreditLotsCloseExpiredEmpty(ctx, locked); err != nil {
-		return nil, fmt.Errorf("close expired lots: %w", MapError(err))
-	}
-	return rows, nil
 }

@@ -30,10 +30,7 @@ func mustPost(t *testing.T, pool *pgxpool.Pool, p db.Posting) db.Entry {
 // adjust posts a positive adjustment whose lot has the given terms.
 func adjust(t *testing.T, pool *pgxpool.Pool, account, key string, amount int64, terms db.LotTerms) db.Entry {
 	t.Helper()
-	if err := db.SetLotTerms(context.Background(), pool, account, key, terms); err != nil {
-		t.Fatal(err)
-	}
-	return mustPost(t, pool, db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, DedupeKey: key})
+	return mustPost(t, pool, db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, DedupeKey: key, Lot: &terms})
 }
 
 func use(t *testing.T, pool *pgxpool.Pool, account, key string, amount int64) db.Entry {
@@ -197,7 +194,7 @@ func TestLotsRefundOfPartlySpentTopup(t *testing.T) {
 	if got := drawsOf(t, pool, "acct", refund); !slices.Equal(got, want) {
 		t.Fatalf("refund draws %v, want %v (its payment's lot first)", got, want)
 	}
-	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefundRestore, Amount: 60, DedupeKey: "stripe:refund-failed:re_1", PaymentIntent: "pi_1"})
+	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefundRestore, Amount: 60, DedupeKey: "stripe:refund-failed:re_1", PaymentIntent: "pi_1", Reverses: "stripe:refund:re_1"})
 	if l := lotOf(t, pool, "acct", p); l.Remaining != 30 {
 		t.Fatalf("restored top-up lot has %d left, want 30", l.Remaining)
 	}
@@ -225,14 +222,14 @@ func TestLotsDisputeWonAfterItsLotExpired(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE credit_lots SET expires_at = now() - interval '1 minute' WHERE id = $1`, lotP.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ledger.ExpireLots(ctx, pool, 100); err != nil {
+	if _, _, err := dbtest.Ledger(t, pool).ExpireLots(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
 	if l := lotOf(t, pool, "acct", p); l.ClosedAt == nil {
 		t.Fatal("the expired empty lot is still open")
 	}
 
-	won := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindDisputeWon, Amount: 100, DedupeKey: "stripe:dispute-won:dp_1", PaymentIntent: "pi_1"})
+	won := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindDisputeWon, Amount: 100, DedupeKey: "stripe:dispute-won:dp_1", PaymentIntent: "pi_1", Reverses: "stripe:dispute:dp_1"})
 	var amount int64
 	if err := pool.QueryRow(ctx, `SELECT amount FROM ledger WHERE dedupe_key = $1`,
 		fmt.Sprintf("expire:%d:%d", lotP.ID, won.ID)).Scan(&amount); err != nil {
@@ -292,7 +289,7 @@ func TestLotsFollowTheLedgerOrderUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: 5 * time.Millisecond})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: 5 * time.Millisecond}})
 	for seed := range uint64(4) {
 		account := fmt.Sprintf("acct_%d", seed)
 		createAccount(t, pool, account)
@@ -320,13 +317,11 @@ func TestLotsFollowTheLedgerOrderUnderConcurrency(t *testing.T) {
 			wg.Go(func() {
 				for i := w; i < len(ops); i += 8 {
 					if tm, ok := terms[ops[i].DedupeKey]; ok {
-						if err := db.SetLotTerms(ctx, pool, account, ops[i].DedupeKey, tm); err != nil {
-							t.Error(err)
-						}
+						ops[i].Lot = &tm
 					}
 					var err error
 					if w%2 == 0 {
-						_, err = poster.Post(ctx, ops[i])
+						_, err = poster.PostGrouped(ctx, ops[i])
 					} else {
 						_, err = post(t, pool, ops[i])
 					}
@@ -430,14 +425,14 @@ func TestLotsExpiryRacingDebitsNeverSpendsExpiredCredit(t *testing.T) {
 	}
 	wg.Go(func() {
 		for time.Now().Before(deadline) {
-			if _, _, err := ledger.ExpireLots(ctx, pool, 10); err != nil {
+			if _, _, err := dbtest.Ledger(t, pool).ExpireLots(ctx, 10); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	})
 	wg.Wait()
-	if _, _, err := ledger.ExpireLots(ctx, pool, 10); err != nil {
+	if _, _, err := dbtest.Ledger(t, pool).ExpireLots(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
 	lot = lotOf(t, pool, "acct", top)
@@ -476,7 +471,7 @@ func TestLotsHundredLotAccountBilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ledger.BillChunk(ctx, pool, 0, last, 10_000); err != nil {
+	if _, err := dbtest.Ledger(t, pool).BillChunk(ctx, 0, last, 10_000); err != nil {
 		t.Fatal(err)
 	}
 	lots, err := db.Lots(ctx, pool, "acct", true, 1000)
@@ -500,19 +495,30 @@ func TestLotsHundredLotAccountBilled(t *testing.T) {
 	verifyClean(t, pool)
 }
 
-// PAID_CREDIT_TTL and GRANT_TTL reach every connection of the pool: a top-up's lot expires after the
-// first, the signup grant's after the second, a positive adjustment's as it asked (never by default).
-func TestLotsTTLsFromThePool(t *testing.T) {
+// PAID_CREDIT_TTL and GRANT_TTL travel with the postings of the Ledger configured with them: a top-up's
+// lot expires after the first, the signup grant's after the second, a positive adjustment's as it asked
+// (never by default).
+func TestLotsTTLsFromTheLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, dbtest.URL(t), db.WithLotTTLs(720*time.Hour, 90*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	created, err := ledger.CreateAccount(ctx, pool, "acct", "usd", 500)
+	pool := dbtest.New(t)
+	withTTLs := dbtest.Ledger(t, pool, db.LedgerConfig{PaidCreditTTL: 720 * time.Hour, GrantTTL: 90 * time.Minute})
+	created, err := withTTLs.CreateAccount(ctx, "acct", "usd", 500)
 	if err != nil || !created.Granted {
 		t.Fatalf("create account: %+v, %v", created, err)
+	}
+	mustPost := func(t *testing.T, pool *db.Pool, p db.Posting) db.Entry {
+		t.Helper()
+		var posted db.Posted
+		err := db.InTx(ctx, pool, func(tx db.Tx) error {
+			var err error
+			posted, err = withTTLs.Post(ctx, tx, p)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return posted.Entry
 	}
 	grant, err := db.Entries(ctx, pool, "acct", 0, 1)
 	if err != nil {
@@ -548,11 +554,11 @@ func TestLotsVoid(t *testing.T) {
 	b := adjust(t, pool, "acct", "b", 50, db.LotTerms{Category: db.LotPaid, Priority: 50})
 	use(t, pool, "acct", "u1", 20)
 	lot := lotOf(t, pool, "acct", a)
-	voided, err := ledger.VoidLot(ctx, pool, lot.ID)
+	voided, err := dbtest.Ledger(t, pool).VoidLot(ctx, lot.ID)
 	if err != nil || !voided.Posted || voided.Entry.Amount != -30 || voided.Entry.Kind != db.KindVoid || voided.Lot.ClosedAt == nil {
 		t.Fatalf("void: %+v, %v; want a void entry of -30 and a closed lot", voided, err)
 	}
-	again, err := ledger.VoidLot(ctx, pool, lot.ID)
+	again, err := dbtest.Ledger(t, pool).VoidLot(ctx, lot.ID)
 	if err != nil || again.Posted {
 		t.Fatalf("void again: %+v, %v; want nothing posted", again, err)
 	}
@@ -560,7 +566,7 @@ func TestLotsVoid(t *testing.T) {
 	if got := drawsOf(t, pool, "acct", d); len(got) != 1 || got[0].LotID != lotOf(t, pool, "acct", b).ID {
 		t.Fatalf("after the void a debit drew %v, want the other lot", got)
 	}
-	if _, err := ledger.VoidLot(ctx, pool, 999_999); !errors.Is(err, db.ErrLotNotFound) {
+	if _, err := dbtest.Ledger(t, pool).VoidLot(ctx, 999_999); !errors.Is(err, db.ErrLotNotFound) {
 		t.Fatalf("void of no lot: %v, want ErrLotNotFound", err)
 	}
 	if b := balance(t, pool, "acct"); b != 40 {
@@ -580,7 +586,7 @@ func TestLotsHoldCaptureDraws(t *testing.T) {
 	if _, err := db.AuthoriseHold(ctx, pool, "acct", "h1", 50, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	captured, err := ledger.CaptureHold(ctx, pool, "acct", "h1", 50)
+	captured, err := dbtest.Ledger(t, pool).CaptureHold(ctx, "acct", "h1", 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +634,7 @@ func TestLotsReadmeExampleRefundFailed(t *testing.T) {
 	adjust(t, pool, "acct", "goodwill", 300, db.LotTerms{Category: db.LotPromotional, Priority: 10})
 	use(t, pool, "acct", "u1", 1000)
 	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefund, Amount: -1900, DedupeKey: "stripe:refund:re_A", PaymentIntent: "pi_A"})
-	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefundRestore, Amount: 1900, DedupeKey: "stripe:refund-failed:re_A", PaymentIntent: "pi_A"})
+	mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindRefundRestore, Amount: 1900, DedupeKey: "stripe:refund-failed:re_A", PaymentIntent: "pi_A", Reverses: "stripe:refund:re_A"})
 	if a, b, d := lotOf(t, pool, "acct", topA).Remaining, balance(t, pool, "acct"), debt(t, pool, "acct"); a != 1800 || b != 1800 || d != 0 {
 		t.Fatalf("after the failed refund: top-up %d, balance %d, debt %d; want 1800, 1800, 0", a, b, d)
 	}

@@ -1,7 +1,6 @@
 package db
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,39 +13,37 @@ import (
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
-// Poster posts entries with group commit. Every posting on one account serialises on that account's
-// balance row, so one transaction per posting caps a hot account at one fsync'd commit per posting.
-// Poster gathers the concurrent postings of one account for a few milliseconds and commits them in
-// ONE transaction: one set-based insert under ledger_dedupe_idx that locks the account row, numbers
-// the entries and carries their balance_after, the balance moved by ledger_chain. While an account is
-// busy, each group is planned on the balance its previous group left, and its insert (which inserts
-// only if the locked balance is still that) is sent with BEGIN: two round trips with COMMIT. A group
-// without such a balance (the first of a busy spell, or one after a group that failed or posted alone)
-// locks the row and reads the balance first; one whose insert found the balance moved (another path or
-// process posted meanwhile) locks it then, and is planned again in the same transaction.
+// PostGrouped posts p in a transaction of its own, grouped with the concurrent postings of its account:
+// every posting on one account serialises on that account's balance row, so one transaction per
+// posting caps a hot account at one fsync'd commit per posting. The Ledger gathers the concurrent
+// postings of one account for a few milliseconds and commits them in ONE transaction, through the one
+// road (LedgerAppend). While an account is busy, each group is planned on the balance its previous group
+// left, and its append (which locks and inserts only if the balance is still that) is sent with BEGIN:
+// two round trips with COMMIT. A group without such a balance (the first of a busy spell, or one after a
+// group that failed or posted alone) locks the row and reads the balance first; one whose append found
+// the balance moved (another path or process posted meanwhile) locks it then, and is planned again in the
+// same transaction.
 //
-// To each caller, Post is exactly one InTx + Ledger.Post: an exact replay is Posted=false with the
-// original entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that
-// does not fit is ErrInsufficientBalance, one that would carry the balance beyond a bigint is
-// ErrOutOfRange, and the answer comes only after the group committed. A stored key is answered as a
-// replay or a conflict before admission is considered, as Ledger.Post looks the key up before it
-// reports a refusal: a retried debit is a replay however the balance moved since. One member's refusal never
-// fails the others: admission is computed in arrival order against the locked balance, and only
-// admitted postings are inserted. The database holds the no-overdraw rule for the group too: its one
-// insert (LedgerInsertGroup) inserts nothing unless the running balance after each admitted
-// no-overdraw entry stays at or above zero, so a wrong plan fails the group (whose members then post
-// one by one) and never overdraws. When the group transaction fails as a whole with a
-// transient error, every member gets that error; any other failure of the group (an invalid amount, a
-// missing account, an OnPosted error) is resolved by posting its members one transaction each, so that
-// each gets the answer its own transaction would have given.
+// To each caller, PostGrouped is exactly one InTx + Post: an exact replay is New=false with the original
+// entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that does not fit
+// is ErrInsufficientBalance, one that would carry the balance beyond a bigint is ErrOutOfRange, and the
+// answer comes only after the group committed. A stored key is answered as a replay or a conflict before
+// admission is considered, as Post looks the key up before it reports a refusal: a retried debit is a
+// replay however the balance moved since. One member's refusal never fails the others: admission is
+// computed in arrival order against the locked balance, and only admitted postings are inserted. The
+// database holds the no-overdraw rule for the group too: ledger_append inserts none of the account's rows
+// if the running balance after an admitted no-overdraw entry would be below zero, so a wrong plan fails
+// the group (whose members then post one by one) and never overdraws. When the group transaction fails
+// as a whole with a transient error, every member gets that error; any other failure of the group (an
+// invalid amount, a missing account, an OnPosted error) is resolved by posting its members one
+// transaction each, so that each gets the answer its own transaction would have given. When ctx ends
+// before the group took p, nothing is posted and ctx's error is returned; once taken, p's outcome is
+// awaited, as a commit cannot be called back.
 //
 // Grouping is per process: postings of one account through two processes still serialise on the row
-// lock, each group as one transaction, which is correct and only slower (each process's groups also find
-// the balance moved by the other's, and cost a round trip more).
-type Poster struct {
-	pool   *Pool
-	ledger Ledger
-	queue  *groupQueue[Posting, Posted, lastBalance]
+// lock, each group as one transaction, which is correct and only slower.
+func (l *Ledger) PostGrouped(ctx context.Context, p Posting) (Posted, error) {
+	return l.postings.do(ctx, p.AccountID, p)
 }
 
 // lastBalance is the balance an account's last group left, when known: what its next group is planned
@@ -56,8 +53,8 @@ type lastBalance struct {
 	known   bool
 }
 
-// PosterOptions tunes grouping; the zero value takes the defaults.
-type PosterOptions struct {
+// GroupOptions tunes group commit; the zero value takes the defaults.
+type GroupOptions struct {
 	// Window is how long the oldest waiting posting of an account waits for others before its group
 	// commits (default 2ms). Postings that arrived while the account's previous group was committing
 	// have waited that long already and commit at once, and so does a group as large as the last one.
@@ -77,25 +74,11 @@ const (
 	regroupAttempts = 3
 )
 
-// NewPoster returns a Poster that posts through ledger (so that OnPosted rides along) on pool.
-func NewPoster(pool *Pool, ledger Ledger, o PosterOptions) *Poster {
-	s := &Poster{pool: pool, ledger: ledger}
-	s.queue = newGroupQueue(o.Window, o.MaxGroup, s.commit)
-	return s
-}
-
 // member is one posting waiting for, or in, a group; outcome is its answer.
 type (
 	member  = groupMember[Posting, Posted]
 	outcome = groupAnswer[Posted]
 )
-
-// Post posts p in the next group of its account and returns once that group committed (or failed).
-// When ctx ends before the group took p, nothing is posted and ctx's error is returned; once taken,
-// p's outcome is awaited, as a commit cannot be called back.
-func (s *Poster) Post(ctx context.Context, p Posting) (Posted, error) {
-	return s.queue.do(ctx, p.AccountID, p)
-}
 
 // errPostAlone: the group cannot be planned as one (its account is missing); each member's own
 // transaction gives its exact answer.
@@ -105,14 +88,18 @@ var errPostAlone = errors.New("post the group's members one by one")
 // another transaction); the transaction rolled back and the group is planned again, keys read first.
 var errRegroup = errors.New("plan the group again")
 
-func (s *Poster) commit(_ string, last *lastBalance, group []*member) {
+func (l *Ledger) commitPostings(_ string, last *lastBalance, group []*member) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	from := *last
 	// Known again only once a group committed: any other path may have moved the balance.
 	*last = lastBalance{}
-	if len(group) == 1 {
-		s.postAlone(ctx, group[0])
+	if len(group) == 1 || slices.ContainsFunc(group, restores) {
+		// A restore's at-once expiry of a refilled lot follows its restore's statement: in a group it
+		// would come after the members behind the restore, so a group holding one posts one by one.
+		for _, m := range group {
+			l.postAlone(ctx, m)
+		}
 		return
 	}
 	var (
@@ -122,7 +109,7 @@ func (s *Poster) commit(_ string, last *lastBalance, group []*member) {
 		readKeys bool // the first attempt assumes every key is new, the common case
 	)
 	for range regroupAttempts {
-		outcomes, balance, err = s.postGroup(ctx, group, readKeys, from)
+		outcomes, balance, err = l.postGroup(ctx, group, readKeys, from)
 		// A retry locks the row and reads the balance first.
 		from = lastBalance{}
 		if errors.Is(err, errRegroup) {
@@ -137,10 +124,10 @@ func (s *Poster) commit(_ string, last *lastBalance, group []*member) {
 	case err == nil:
 		*last = lastBalance{balance: balance, known: true}
 		for i, m := range group {
-			// Posted entries were counted by Ledger.Posted; replays and conflicts settled in the group
-			// are counted here, as Post counts them.
-			if o := outcomes[i]; !o.ans.Posted {
-				s.ledger.observeTaken(m.req.Kind, o.err)
+			// Inserted entries were counted by inserted; replays and conflicts settled in the group are
+			// counted here, as Post counts them.
+			if o := outcomes[i]; !o.ans.New {
+				l.observeTaken(m.req.Kind, o.err)
 			}
 			m.answer <- outcomes[i]
 		}
@@ -155,17 +142,22 @@ func (s *Poster) commit(_ string, last *lastBalance, group []*member) {
 		}
 	default:
 		for _, m := range group {
-			s.postAlone(ctx, m)
+			l.postAlone(ctx, m)
 		}
 	}
 }
 
-// postAlone is the plain path: one transaction, one Ledger.Post.
-func (s *Poster) postAlone(ctx context.Context, m *member) {
+// restores reports a restore (refund_restore, dispute_won): its statement may post an expiry of its own.
+func restores(m *member) bool {
+	return m.req.Kind == KindRefundRestore || m.req.Kind == KindDisputeWon
+}
+
+// postAlone is the plain path: one transaction, one Post.
+func (l *Ledger) postAlone(ctx context.Context, m *member) {
 	var out Posted
-	err := InTx(ctx, s.pool, func(tx Tx) error {
+	err := InTx(ctx, l.pool, func(tx Tx) error {
 		var err error
-		out, err = s.ledger.Post(ctx, tx, m.req)
+		out, err = l.Post(ctx, tx, m.req)
 		return err
 	})
 	m.answer <- outcome{ans: out, err: err}
@@ -180,25 +172,20 @@ func lostLockRace(err error) bool {
 }
 
 // postGroup runs one group in one transaction and returns each member's outcome, in group order, and
-// the balance the group left. With from known, the group is planned on that balance and its insert is
-// sent with BEGIN, in one round trip; when the insert returns no row (the balance is no longer from,
-// the account is gone, or every key it meant to insert was taken), the row is locked and the group
-// planned again in the same transaction. Without from, BEGIN and the lock go in one round trip, then
-// the plan and the insert. With readKeys, the entries already posted under the group's keys are read
-// first, so that replays and conflicts are planned as such; without, every key is assumed new and a
-// taken one (found by the insert, which then returns no row for it) rolls the group back with
-// errRegroup. Skipping the read keeps the common case at one statement per step, and its plan safe on
-// a ledger without statistics.
-func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, error) {
+// the balance the group left. With from known, the group is planned on that balance and its append is
+// sent with BEGIN, in one round trip; when the append returns no row (the balance is no longer from, the
+// account is gone, or every key it meant to insert was taken), the row is locked and the group planned
+// again in the same transaction. Without from, BEGIN and the lock go in one round trip, then the plan
+// and the append. With readKeys, the entries already posted under the group's keys are read first, so
+// that replays and conflicts are planned as such; without, every key is assumed new and a taken one
+// (left out by the append) rolls the group back with errRegroup. Skipping the read keeps the common case
+// at one statement per step.
+func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, error) {
 	account := group[0].req.AccountID
-	// On Citus the group's set-based insert has no equivalent yet (citus_ledger.go): one by one.
-	if citus, err := onCitus(ctx, s.pool); err != nil || citus {
-		return nil, 0, cmp.Or(err, errPostAlone)
-	}
 	var (
 		plan    groupPlan
 		start   int64
-		rows    []dbsqlc.LedgerInsertGroupRow
+		rows    []dbsqlc.LedgerAppendRow
 		onLast  = from.known && !readKeys
 		stmtErr error
 	)
@@ -207,18 +194,19 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		// A refusal on a remembered balance is not final (see refusedKeys): plan on the locked row.
 		onLast = len(plan.insert) > 0 && len(plan.refusedKeys(group)) == 0
 	}
-	first := func(q *dbsqlc.Queries) error {
-		start, stmtErr = q.AccountsLockForGroup(ctx, account)
+	lock := func(q *dbsqlc.Queries) error {
+		start, stmtErr = lockGroupAccount(ctx, q, account)
 		return stmtErr
 	}
+	first := lock
 	if onLast {
-		arg := groupInsertArgs(group, plan.insert, from.balance)
+		arg := l.appendArgs(plan.postings(group), &from.balance)
 		first = func(q *dbsqlc.Queries) error {
-			rows, stmtErr = q.LedgerInsertGroup(ctx, arg)
+			rows, stmtErr = q.LedgerAppend(ctx, arg)
 			return stmtErr
 		}
 	}
-	tx, _, err := beginPipelined(ctx, s.pool, 0, []step{first})
+	tx, _, err := beginPipelined(ctx, l.pool, 0, []step{first})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -233,12 +221,12 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 
 	if onLast && stmtErr == nil && len(rows) == 0 {
 		// The balance moved since the previous group, the account is gone, or every key was taken
-		// meanwhile (the insert on the locked row then finds that, as without a remembered balance).
+		// meanwhile (the append on the locked row then finds that, as without a remembered balance).
 		onLast = false
-		start, stmtErr = q.AccountsLockForGroup(ctx, account)
+		_ = lock(q)
 	}
 	if !onLast {
-		if isNoRows(stmtErr) {
+		if errors.Is(stmtErr, errNoAccount) {
 			return nil, 0, errPostAlone
 		}
 		if stmtErr != nil {
@@ -249,10 +237,10 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		}
 		rows, stmtErr = nil, nil
 		if len(plan.insert) > 0 {
-			rows, stmtErr = q.LedgerInsertGroup(ctx, groupInsertArgs(group, plan.insert, start))
+			rows, stmtErr = q.LedgerAppend(ctx, l.appendArgs(plan.postings(group), nil))
 		}
 	}
-	inserted, err := groupEntries(group, plan.insert, rows, stmtErr)
+	entries, inserted, err := groupEntries(group, plan.insert, rows, stmtErr)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -261,15 +249,13 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	}
 
 	outcomes := plan.outcomes
-	posted := make([]Posted, len(plan.insert))
 	for k, i := range plan.insert {
-		outcomes[i] = outcome{ans: Posted{Entry: inserted[k], Posted: true, Balance: inserted[k].BalanceAfter}}
-		posted[k] = outcomes[i].ans
+		outcomes[i] = outcome{ans: Posted{Entry: inserted[k], New: true}}
 	}
 	for i, first := range plan.duplicateOf {
 		outcomes[i] = settled(replayOrConflict(outcomes[first].ans.Entry, group[i].req))
 	}
-	if err := s.ledger.Posted(ctx, tx, posted); err != nil {
+	if err := l.inserted(ctx, tx, entries); err != nil {
 		return nil, 0, err
 	}
 	committing = true
@@ -277,6 +263,22 @@ func (s *Poster) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		return nil, 0, err
 	}
 	return outcomes, plan.balance, nil
+}
+
+// errNoAccount: the account to lock does not exist.
+var errNoAccount = errors.New("account not found")
+
+// lockGroupAccount locks one account (AccountsLock) and returns its balance; errNoAccount when it does
+// not exist.
+func lockGroupAccount(ctx context.Context, q *dbsqlc.Queries, account string) (int64, error) {
+	locked, err := q.AccountsLock(ctx, []string{account})
+	if err != nil {
+		return 0, err
+	}
+	if len(locked) == 0 {
+		return 0, errNoAccount
+	}
+	return locked[0].Balance, nil
 }
 
 // planLocked plans the group on start, the balance of the row its transaction locked. With readKeys, the
@@ -324,7 +326,7 @@ func storedEntries(ctx context.Context, q *dbsqlc.Queries, keys []string) (map[s
 		return nil, fmt.Errorf("read entries for %d dedupe keys: %w", len(keys), err)
 	}
 	for _, r := range rows {
-		stored[*r.DedupeKey] = entryFromRow(r)
+		stored[*r.DedupeKey] = entryFromRow(dbsqlc.LedgerGetByDedupeKeyRow(r))
 	}
 	return stored, nil
 }
@@ -388,54 +390,39 @@ func planGroup(group []*member, start int64, stored map[string]Entry) groupPlan 
 	return plan
 }
 
-// groupInsertArgs are LedgerInsertGroup's arguments for the members insert, planned on start.
-func groupInsertArgs(group []*member, insert []int, start int64) dbsqlc.LedgerInsertGroupParams {
-	arg := dbsqlc.LedgerInsertGroupParams{AccountID: group[insert[0]].req.AccountID, StartBalance: start}
-	for _, i := range insert {
-		p := group[i].req
-		arg.Kinds = append(arg.Kinds, p.Kind)
-		arg.Amounts = append(arg.Amounts, p.Amount)
-		arg.Descriptions = append(arg.Descriptions, p.Description)
-		arg.DedupeKeys = append(arg.DedupeKeys, p.DedupeKey)
-		arg.PaymentIntents = append(arg.PaymentIntents, p.PaymentIntent)
-		arg.NoOverdraw = append(arg.NoOverdraw, p.NoOverdraw)
+// postings are the members the plan inserts, in order.
+func (plan groupPlan) postings(group []*member) []Posting {
+	out := make([]Posting, len(plan.insert))
+	for k, i := range plan.insert {
+		out[k] = group[i].req
 	}
-	return arg
+	return out
 }
 
-// groupEntries turns what LedgerInsertGroup returned for the members insert into their entries, in
-// the order of insert. A key posted meanwhile by another transaction returns no row for it, or breaks
-// the chain (ledger_chain) when it was not the last: errRegroup. So does a plan whose no-overdraw
-// admissions the statement refused (no row at all): planned again it fails again, and then its
-// members post one by one.
-func groupEntries(group []*member, insert []int, rows []dbsqlc.LedgerInsertGroupRow, err error) ([]Entry, error) {
+// groupEntries turns what LedgerAppend returned for the members insert into every entry inserted and,
+// in the order of insert, each member's entry. A key posted meanwhile by another transaction is left
+// out, or breaks the chain (ledger_chain) when it was not the last: errRegroup. So does a plan whose
+// no-overdraw admissions the statement refused (no row at all): planned again it fails again, and then
+// its members post one by one.
+func groupEntries(group []*member, insert []int, rows []dbsqlc.LedgerAppendRow, err error) (entries, inserted []Entry, _ error) {
 	if len(insert) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if errors.Is(MapError(err), ErrChainBroken) {
-		return nil, errRegroup
+		return nil, nil, errRegroup
 	}
 	if err != nil {
-		return nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].req.AccountID, err)
+		return nil, nil, fmt.Errorf("insert %d entries for %s: %w", len(insert), group[insert[0]].req.AccountID, err)
 	}
-	if len(rows) != len(insert) {
-		return nil, errRegroup
-	}
-	// Ids are drawn in array order, so sorting by id pairs each row with its member; the keys check it.
-	slices.SortFunc(rows, func(a, b dbsqlc.LedgerInsertGroupRow) int { return cmp.Compare(a.ID, b.ID) })
-	entries := make([]Entry, len(rows))
-	for k, i := range insert {
-		p := group[i].req
-		if deref(rows[k].DedupeKey) != p.DedupeKey {
-			return nil, fmt.Errorf("inserted entries came back out of order: row %d has key %q, expected %q", rows[k].ID, deref(rows[k].DedupeKey), p.DedupeKey)
+	entries, byRow := appended(rows, len(insert))
+	inserted = make([]Entry, len(insert))
+	for k := range insert {
+		if byRow[k] == nil {
+			return nil, nil, errRegroup
 		}
-		entries[k] = Entry{
-			ID: rows[k].ID, AccountID: p.AccountID, Kind: p.Kind, Amount: p.Amount, Description: p.Description,
-			DedupeKey: p.DedupeKey, PaymentIntent: p.PaymentIntent, CreatedAt: rows[k].CreatedAt,
-			Seq: rows[k].Seq, BalanceAfter: rows[k].BalanceAfter,
-		}
+		inserted[k] = *byRow[k]
 	}
-	return entries, nil
+	return entries, inserted, nil
 }
 
 // settled wraps one member's answer.

@@ -29,9 +29,9 @@ func BenchmarkHotAccountPostings(b *testing.B) {
 	}
 	grouped := func(window time.Duration) func(*db.Pool) postFunc {
 		return func(pool *db.Pool) postFunc {
-			poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: window})
+			poster := dbtest.Ledger(b, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: window}})
 			return func(ctx context.Context, p db.Posting) error {
-				_, err := poster.Post(ctx, p)
+				_, err := poster.PostGrouped(ctx, p)
 				return err
 			}
 		}
@@ -48,7 +48,7 @@ func BenchmarkHotAccountPostings(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			pool := dbtest.New(b)
-			if _, err := ledger.CreateAccount(context.Background(), pool, "acct_hot", "usd", 0); err != nil {
+			if _, err := dbtest.Ledger(b, pool).CreateAccount(context.Background(), "acct_hot", "usd", 0); err != nil {
 				b.Fatal(err)
 			}
 			post := c.make(pool)

@@ -39,7 +39,7 @@ func TestPlanGroupAdmitsInArrivalOrder(t *testing.T) {
 	if plan.duplicateOf[4] != 2 || plan.duplicateOf[5] != 2 || len(plan.duplicateOf) != 2 {
 		t.Fatalf("duplicates %v, want members 4 and 5 of member 2", plan.duplicateOf)
 	}
-	if o := plan.outcomes[6]; o.err != nil || o.ans.Posted || o.ans.Entry.ID != 7 {
+	if o := plan.outcomes[6]; o.err != nil || o.ans.New || o.ans.Entry.ID != 7 {
 		t.Fatalf("replay of a stored key = %+v, want posted=false with entry 7", o)
 	}
 }

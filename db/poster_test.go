@@ -20,7 +20,7 @@ import (
 
 // postAllAtOnce posts every posting from its own goroutine, released together, and returns each
 // caller's answer in the order of postings.
-func postAllAtOnce(poster *db.Poster, postings []db.Posting) ([]db.Posted, []error) {
+func postAllAtOnce(poster *db.Ledger, postings []db.Posting) ([]db.Posted, []error) {
 	outs := make([]db.Posted, len(postings))
 	errs := make([]error, len(postings))
 	start := make(chan struct{})
@@ -30,7 +30,7 @@ func postAllAtOnce(poster *db.Poster, postings []db.Posting) ([]db.Posted, []err
 		go func() {
 			defer wg.Done()
 			<-start
-			outs[i], errs[i] = poster.Post(context.Background(), p)
+			outs[i], errs[i] = poster.PostGrouped(context.Background(), p)
 		}()
 	}
 	close(start)
@@ -90,13 +90,13 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	}
 
 	before := count(t, pool, `SELECT count(*) FROM ledger`)
-	outs, errs := postAllAtOnce(db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow}), postings)
+	outs, errs := postAllAtOnce(dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}}), postings)
 
 	var want int64 = 1050 // seed topup + prior
 	posted := 0
 	byKey := map[string]int64{}
 	for i := range 40 {
-		if errs[i] != nil || !outs[i].Posted || outs[i].Entry.ID == 0 || outs[i].Balance == 0 {
+		if errs[i] != nil || !outs[i].New || outs[i].Entry.ID == 0 || outs[i].Entry.BalanceAfter == 0 {
 			t.Fatalf("unique posting %d = %+v, %v; want posted", i, outs[i], errs[i])
 		}
 		want += 10
@@ -108,7 +108,7 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("repeated key, caller %d: %v", i, errs[i])
 		}
-		if outs[i].Posted {
+		if outs[i].New {
 			repeatPosted++
 			repeatID = outs[i].Entry.ID
 		}
@@ -124,7 +124,7 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	want += 7
 	posted++
 
-	if o, err := outs[48], errs[48]; err != nil || o.Posted || o.Entry.ID != prior.Entry.ID {
+	if o, err := outs[48], errs[48]; err != nil || o.New || o.Entry.ID != prior.Entry.ID {
 		t.Fatalf("replay of the prior key = %+v, %v; want posted=false with entry %d", o, err, prior.Entry.ID)
 	}
 	if o, err := outs[49], errs[49]; !errors.Is(err, db.ErrDedupeConflict) || o.Entry.ID != prior.Entry.ID {
@@ -132,21 +132,21 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	}
 	split := [2]error{errs[50], errs[51]}
 	switch {
-	case split[0] == nil && errors.Is(split[1], db.ErrDedupeConflict) && outs[50].Posted:
+	case split[0] == nil && errors.Is(split[1], db.ErrDedupeConflict) && outs[50].New:
 		want += 3
 		byKey["api:acct_hot:split"] = 3
-	case split[1] == nil && errors.Is(split[0], db.ErrDedupeConflict) && outs[51].Posted:
+	case split[1] == nil && errors.Is(split[0], db.ErrDedupeConflict) && outs[51].New:
 		want += 4
 		byKey["api:acct_hot:split"] = 4
 	default:
 		t.Fatalf("same key, two amounts: %+v %v / %+v %v; want one posted and one ErrDedupeConflict", outs[50], errs[50], outs[51], errs[51])
 	}
 	posted++
-	if !errors.Is(errs[52], db.ErrInsufficientBalance) || outs[52].Posted {
+	if !errors.Is(errs[52], db.ErrInsufficientBalance) || outs[52].New {
 		t.Fatalf("overdraw = %+v, %v; want ErrInsufficientBalance", outs[52], errs[52])
 	}
 	for i := 53; i < 64; i++ {
-		if errs[i] != nil || !outs[i].Posted {
+		if errs[i] != nil || !outs[i].New {
 			t.Fatalf("usage %d = %+v, %v; want posted", i, outs[i], errs[i])
 		}
 		want -= 2
@@ -171,7 +171,7 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	// Each caller's balance is the one its own entry left: in entry order, the previous plus its amount.
 	var mine []db.Posted
 	for _, o := range outs {
-		if o.Posted {
+		if o.New {
 			mine = append(mine, o)
 		}
 	}
@@ -179,8 +179,8 @@ func TestPosterGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	running := int64(1050)
 	for _, o := range mine {
 		running += o.Entry.Amount
-		if o.Balance != running {
-			t.Fatalf("entry %d's caller saw balance %d, want %d", o.Entry.ID, o.Balance, running)
+		if o.Entry.BalanceAfter != running {
+			t.Fatalf("entry %d's caller saw balance %d, want %d", o.Entry.ID, o.Entry.BalanceAfter, running)
 		}
 	}
 	// Entries of one transaction share its xmin: the burst must have committed in a few groups.
@@ -198,7 +198,7 @@ func TestPosterTransientGroupFailureFailsEveryMemberAndPostsNothing(t *testing.T
 	createAccount(t, pool, acct)
 	// The failure strikes once the group has inserted its entries and moved the balance.
 	var largest atomic.Int64
-	failing := db.Ledger{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Posted) error {
+	failing := db.LedgerConfig{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Entry) error {
 		largest.Store(max(largest.Load(), int64(len(posted))))
 		return fmt.Errorf("%w: connection lost", db.ErrTransient)
 	}}
@@ -206,9 +206,9 @@ func TestPosterTransientGroupFailureFailsEveryMemberAndPostsNothing(t *testing.T
 	for i := range 16 {
 		postings = append(postings, adjustment(acct, fmt.Sprintf("api:%s:%d", acct, i), 5))
 	}
-	outs, errs := postAllAtOnce(db.NewPoster(pool, failing, db.PosterOptions{Window: burstWindow}), postings)
+	outs, errs := postAllAtOnce(dbtest.Ledger(t, pool, withGroups(failing, db.GroupOptions{Window: burstWindow})), postings)
 	for i, err := range errs {
-		if !errors.Is(err, db.ErrTransient) || outs[i].Posted {
+		if !errors.Is(err, db.ErrTransient) || outs[i].New {
 			t.Fatalf("caller %d = %+v, %v; want the transient error", i, outs[i], err)
 		}
 	}
@@ -229,9 +229,9 @@ func TestPosterMemberFailureFailsOnlyThatMember(t *testing.T) {
 	const acct = "acct_member_fails"
 	createAccount(t, pool, acct)
 	poison := "api:" + acct + ":poison"
-	refusing := db.Ledger{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Posted) error {
+	refusing := db.LedgerConfig{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Entry) error {
 		for _, p := range posted {
-			if p.Entry.DedupeKey == poison {
+			if p.DedupeKey == poison {
 				return errors.New("notification refused")
 			}
 		}
@@ -245,7 +245,7 @@ func TestPosterMemberFailureFailsOnlyThatMember(t *testing.T) {
 	for i := range 8 {
 		postings = append(postings, adjustment(acct, fmt.Sprintf("api:%s:%d", acct, i), 5))
 	}
-	outs, errs := postAllAtOnce(db.NewPoster(pool, refusing, db.PosterOptions{Window: burstWindow}), postings)
+	outs, errs := postAllAtOnce(dbtest.Ledger(t, pool, withGroups(refusing, db.GroupOptions{Window: burstWindow})), postings)
 	if errs[0] == nil || errors.Is(errs[0], db.ErrTransient) {
 		t.Fatalf("poisoned posting = %v; want its OnPosted error", errs[0])
 	}
@@ -256,7 +256,7 @@ func TestPosterMemberFailureFailsOnlyThatMember(t *testing.T) {
 		t.Fatalf("posting on a missing account = %v; want ErrAccountNotFound", errs[2])
 	}
 	for i := 3; i < len(postings); i++ {
-		if errs[i] != nil || !outs[i].Posted {
+		if errs[i] != nil || !outs[i].New {
 			t.Fatalf("caller %d = %+v, %v; want posted despite the others", i, outs[i], errs[i])
 		}
 	}
@@ -273,14 +273,14 @@ func TestPosterCallerThatLeavesBeforeItsGroupPostsNothing(t *testing.T) {
 	pool := dbtest.New(t)
 	const acct = "acct_leaves"
 	createAccount(t, pool, acct)
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}})
 	ctx, cancel := context.WithTimeout(context.Background(), burstWindow/4)
 	defer cancel()
-	if _, err := poster.Post(ctx, adjustment(acct, "api:acct_leaves:1", 5)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := poster.PostGrouped(ctx, adjustment(acct, "api:acct_leaves:1", 5)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("post after the caller's deadline = %v, want context.DeadlineExceeded", err)
 	}
 	// The next posting's group runs after the withdrawn one was due: only it is posted.
-	if out, err := poster.Post(context.Background(), adjustment(acct, "api:acct_leaves:2", 7)); err != nil || !out.Posted || out.Balance != 7 {
+	if out, err := poster.PostGrouped(context.Background(), adjustment(acct, "api:acct_leaves:2", 7)); err != nil || !out.New || out.Entry.BalanceAfter != 7 {
 		t.Fatalf("next post = %+v, %v; want posted with balance 7", out, err)
 	}
 	if got := count(t, pool, `SELECT count(*) FROM ledger WHERE account_id = $1`, acct); got != 1 {
@@ -299,7 +299,7 @@ func TestGroupBalanceUpdateHoldsNoOverdrawInSQL(t *testing.T) {
 	fundedAccount(t, pool, acct, 100)
 	update := func(postings ...db.Posting) error {
 		return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
-			return db.InsertGroupAsAdmitted(context.Background(), tx, postings)
+			return db.InsertGroupAsAdmitted(context.Background(), ledger, tx, postings)
 		})
 	}
 	debit := func(amount int64) db.Posting { return adjustment(acct, "", amount) }
@@ -341,11 +341,11 @@ func TestPosterGroupSumsAreChecked(t *testing.T) {
 	for i := range 10 {
 		postings = append(postings, adjustment(acct, fmt.Sprintf("api:acct_near_max:c%d", i), 10))
 	}
-	outs, errs := postAllAtOnce(db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow}), postings)
+	outs, errs := postAllAtOnce(dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}}), postings)
 	var posted, refused int64
 	for i, err := range errs {
 		switch {
-		case err == nil && outs[i].Posted:
+		case err == nil && outs[i].New:
 			posted++
 		case errors.Is(err, db.ErrOutOfRange):
 			refused++
@@ -373,7 +373,7 @@ func TestPosterGroupPlannedOnTheLastBalance(t *testing.T) {
 	pool := dbtest.New(t)
 	const acct = "acct_hot"
 	fundedAccount(t, pool, acct, 1000)
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{}})
 	ctx := context.Background()
 	credits := func(name string, n int, amount int64) []db.Posting {
 		var ps []db.Posting
@@ -394,7 +394,7 @@ func TestPosterGroupPlannedOnTheLastBalance(t *testing.T) {
 		running := start
 		for i, o := range outs {
 			running += postings[i].Amount
-			if errs[i] != nil || !o.Posted || o.Balance != running || o.Entry.BalanceAfter != running {
+			if errs[i] != nil || !o.New || o.Entry.BalanceAfter != running {
 				t.Fatalf("%s: member %d = %+v, %v; want posted leaving %d", name, i, o, errs[i], running)
 			}
 		}
@@ -418,7 +418,7 @@ func TestPosterGroupPlannedOnTheLastBalance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], db.ErrInsufficientBalance) || outs[2].Posted {
+	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], db.ErrInsufficientBalance) || outs[2].New {
 		t.Fatalf("debits planned on a higher balance = %v; want two posted and the third ErrInsufficientBalance", errs)
 	}
 	if left != 90 || balance(t, pool, acct) != 90 {
@@ -439,7 +439,7 @@ func TestPosterGroupPlannedOnABalanceMovedWhileItWaits(t *testing.T) {
 	pool := dbtest.New(t)
 	const acct = "acct_hot"
 	fundedAccount(t, pool, acct, 1000)
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{}})
 	ctx := context.Background()
 
 	for _, tc := range []struct {
@@ -473,7 +473,7 @@ func TestPosterGroupPlannedOnABalanceMovedWhileItWaits(t *testing.T) {
 			_, errs, left, err := db.PostGroupPlannedOn(ctx, poster, postings, start)
 			done <- result{errs, left, err}
 		}()
-		waitFor(t, "the group waits for the row", func() bool { return lockWaiters(t, pool, "LedgerInsertGroup") == 1 })
+		waitFor(t, "the group waits for the row", func() bool { return lockWaiters(t, pool, "LedgerAppend") == 1 })
 		if err := other.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +498,7 @@ func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
 	fundedAccount(t, pool, acct, 100)
 	// The drain lingers a window after each group, so a burst right after the other path's posting
 	// is planned on the balance the first burst left.
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{Window: burstWindow})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}})
 	burst := func(name string) []db.Posted {
 		var ps []db.Posting
 		for i := range 8 {
@@ -522,7 +522,7 @@ func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
 	running := int64(100 + 80 + 500)
 	for _, o := range outs {
 		running += 10
-		if !o.Posted || o.Balance != running {
+		if !o.New || o.Entry.BalanceAfter != running {
 			t.Fatalf("entry %d = %+v; want posted, its caller told balance %d", o.Entry.ID, o, running)
 		}
 	}

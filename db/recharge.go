@@ -233,21 +233,6 @@ func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent
 	return true, disabled, nil
 }
 
-// MarkTopupPaidByID moves an order without a session (a recharge's) from pending to paid, at most
-// once, like MarkTopupPaid. ErrDedupeConflict when the payment already paid another order.
-func MarkTopupPaidByID(ctx context.Context, q Conn, id, paymentIntent, eventID string) (order Topup, paid bool, err error) {
-	r, err := dbsqlc.New(q).TopupsMarkPaidByID(ctx, dbsqlc.TopupsMarkPaidByIDParams{
-		ID: id, PaymentIntent: &paymentIntent, PaidEventID: &eventID,
-	})
-	if isNoRows(err) {
-		return Topup{}, false, nil
-	}
-	if err != nil {
-		return Topup{}, false, fmt.Errorf("mark order %s paid: %w", id, MapError(err))
-	}
-	return topupFromRow(r), true, nil
-}
-
 // AttemptRef names one attempt.
 type AttemptRef struct {
 	AccountID string
@@ -257,49 +242,33 @@ type AttemptRef struct {
 // outboxBatch bounds the rows one sweep takes from an outbox.
 const outboxBatch = 500
 
-// TakeAttemptJobs returns the attempts whose PaymentIntent job is still to enqueue and marks them
-// enqueued, in tx, locking them (two sweepers take different ones): the caller enqueues their jobs in
-// the same tx, so the jobs and the marks commit together.
+// TakeAttemptJobs takes, in tx, the attempts whose PaymentIntent job is still to enqueue: they are
+// marked enqueued (two sweepers never take one), and the caller enqueues their jobs in the same tx, so
+// the jobs and the marks commit together.
 func TakeAttemptJobs(ctx context.Context, tx Tx) ([]AttemptRef, error) {
-	q := dbsqlc.New(tx)
-	rows, err := q.RechargeAttemptsJobOutbox(ctx, outboxBatch)
+	rows, err := dbsqlc.New(tx).RechargeAttemptsTakeJobs(ctx, outboxBatch)
 	if err != nil {
-		return nil, fmt.Errorf("read attempts to enqueue: %w", MapError(err))
+		return nil, fmt.Errorf("take attempts to enqueue: %w", MapError(err))
 	}
 	refs := make([]AttemptRef, len(rows))
-	accounts, ids := make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
-		refs[i] = AttemptRef{AccountID: r.AccountID, ID: r.ID}
-		accounts[i], ids[i] = r.AccountID, r.ID
-	}
-	if len(rows) > 0 {
-		if err := q.RechargeAttemptsMarkJobEnqueued(ctx, dbsqlc.RechargeAttemptsMarkJobEnqueuedParams{AccountIDs: accounts, IDs: ids}); err != nil {
-			return nil, fmt.Errorf("mark attempts enqueued: %w", MapError(err))
-		}
+		refs[i] = AttemptRef(r)
 	}
 	return refs, nil
 }
 
-// TakeAttemptNotices returns the resolved attempts whose notification is still to enqueue and marks
-// them, in tx, like TakeAttemptJobs.
+// TakeAttemptNotices takes, in tx, the resolved attempts whose notification is still to enqueue, like
+// TakeAttemptJobs.
 func TakeAttemptNotices(ctx context.Context, tx Tx) ([]Attempt, error) {
-	q := dbsqlc.New(tx)
-	rows, err := q.RechargeAttemptsNoticeOutbox(ctx, outboxBatch)
+	rows, err := dbsqlc.New(tx).RechargeAttemptsTakeNotices(ctx, outboxBatch)
 	if err != nil {
-		return nil, fmt.Errorf("read attempt notices: %w", MapError(err))
+		return nil, fmt.Errorf("take attempt notices: %w", MapError(err))
 	}
 	out := make([]Attempt, len(rows))
-	accounts, ids := make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
 		out[i] = Attempt{
 			AccountID: r.AccountID, ID: r.ID, Status: r.Status, Amount: r.Amount, PaymentIntent: deref(r.PaymentIntent),
 			FailureCode: deref(r.FailureCode), DisabledRecharge: r.DisabledRecharge, ResolvedAt: r.ResolvedAt,
-		}
-		accounts[i], ids[i] = r.AccountID, r.ID
-	}
-	if len(rows) > 0 {
-		if err := q.RechargeAttemptsMarkNoticeEnqueued(ctx, dbsqlc.RechargeAttemptsMarkNoticeEnqueuedParams{AccountIDs: accounts, IDs: ids}); err != nil {
-			return nil, fmt.Errorf("mark attempt notices enqueued: %w", MapError(err))
 		}
 	}
 	return out, nil
@@ -318,26 +287,15 @@ type BalanceAlert struct {
 	RecoveredPending   bool
 }
 
-// TakeAlerts returns the alerts whose notifications are still to enqueue and marks them, in tx, like
-// TakeAttemptJobs.
+// TakeAlerts takes, in tx, the alerts whose notifications are still to enqueue, like TakeAttemptJobs.
 func TakeAlerts(ctx context.Context, tx Tx) ([]BalanceAlert, error) {
-	q := dbsqlc.New(tx)
-	rows, err := q.BalanceAlertsOutbox(ctx, outboxBatch)
+	rows, err := dbsqlc.New(tx).BalanceAlertsTake(ctx, outboxBatch)
 	if err != nil {
-		return nil, fmt.Errorf("read alerts to enqueue: %w", MapError(err))
+		return nil, fmt.Errorf("take alerts to enqueue: %w", MapError(err))
 	}
 	out := make([]BalanceAlert, len(rows))
-	p := dbsqlc.BalanceAlertsMarkEnqueuedParams{
-		AccountIDs: make([]string, len(rows)), Thresholds: make([]int64, len(rows)), Episodes: make([]int64, len(rows)),
-	}
 	for i, r := range rows {
 		out[i] = BalanceAlert(r)
-		p.AccountIDs[i], p.Thresholds[i], p.Episodes[i] = r.AccountID, r.Threshold, r.Episode
-	}
-	if len(rows) > 0 {
-		if err := q.BalanceAlertsMarkEnqueued(ctx, p); err != nil {
-			return nil, fmt.Errorf("mark alerts enqueued: %w", MapError(err))
-		}
 	}
 	return out, nil
 }

@@ -18,7 +18,7 @@ import (
 func rechargeable(t *testing.T, pool *pgxpool.Pool, id string, balance, threshold, amount int64) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := ledger.CreateAccount(ctx, pool, id, "usd", balance); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, id, "usd", balance); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.SetStripeCustomer(ctx, pool, id, "cus_"+id); err != nil {
@@ -79,7 +79,7 @@ func TestRechargeBillingChunkCrossingForThousandAccounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		chunk, err := ledger.BillChunk(ctx, pool, last-n, last, n)
+		chunk, err := dbtest.Ledger(t, pool).BillChunk(ctx, last-n, last, n)
 		if err != nil || len(chunk.Posted) != n {
 			t.Fatalf("bill round %d: %d posted, %v", round, len(chunk.Posted), err)
 		}
@@ -130,14 +130,14 @@ func TestRechargeConcurrentDebitsMakeOneAttempt(t *testing.T) {
 
 	// The same through group commit, the path of hot accounts.
 	rechargeable(t, pool, "acct_group", 1000, 500, 1000)
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{}})
 	var group sync.WaitGroup
 	groupErrs := make(chan error, 32)
 	for i := range 32 {
 		group.Add(1)
 		go func() {
 			defer group.Done()
-			_, err := poster.Post(context.Background(), db.Posting{AccountID: "acct_group", Kind: db.KindUsage, Amount: -30, DedupeKey: fmt.Sprintf("group:%d", i)})
+			_, err := poster.PostGrouped(context.Background(), db.Posting{AccountID: "acct_group", Kind: db.KindUsage, Amount: -30, DedupeKey: fmt.Sprintf("group:%d", i)})
 			groupErrs <- err
 		}()
 	}
@@ -169,7 +169,7 @@ func TestRechargeHoldCaptureJudgedByItsNetEffect(t *testing.T) {
 		t.Fatalf("%d attempts after the hold, want 1", got)
 	}
 	// Capturing it all leaves available at 50: released (1000) and spent (50) in one transaction.
-	if _, err := ledger.CaptureHold(ctx, pool, "acct_hold", "h1", 950); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CaptureHold(ctx, "acct_hold", "h1", 950); err != nil {
 		t.Fatal(err)
 	}
 	if got := count(t, pool, `SELECT count(*) FROM recharge_attempts`); got != 1 {
@@ -207,7 +207,7 @@ func TestAlertsOnePerCrossing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_flap", "usd", 1000); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_flap", "usd", 1000); err != nil {
 		t.Fatal(err)
 	}
 	threshold := int64(500)

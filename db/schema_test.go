@@ -91,7 +91,7 @@ func TestLedgerChangesAreErrAppendOnly(t *testing.T) {
 // pgx.Tx, pglocal and dbtest create and drop databases, and the binaries' database tooling does too.
 // (The generated code, in db/internal, is held by the compiler.)
 func TestOnlyDBImportsTheDriver(t *testing.T) {
-	allowed := []string{"db", "db/dbtest", "notify", "pglocal", "cmd/onceledger", "cmd/onceledger-bench"}
+	allowed := []string{"db", "db/dbtest", "internal/notify", "internal/pglocal", "cmd/onceledger", "cmd/onceledger-bench"}
 	forbidden := []string{"github.com/jackc/pgx/v5", "github.com/jackc/pgx/v5/pgconn"}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {

@@ -116,11 +116,9 @@ func LockPayment(ctx context.Context, tx Tx, paymentIntent string) error {
 }
 
 // ParkedEventsForPayment returns the events parked as unknown_payment for this payment, in arrival
-// order, locked until tx ends (SKIP LOCKED: one being replayed right now is not returned).
+// order, locked until tx ends (stripe_events_lock_parked, SKIP LOCKED: one being replayed right now is
+// not returned).
 func ParkedEventsForPayment(ctx context.Context, tx Tx, paymentIntent string) ([]ParkedEvent, error) {
-	if citus, err := onCitus(ctx, tx); err != nil || citus {
-		return parkedEventsForPaymentCitus(ctx, tx, paymentIntent, err)
-	}
 	rows, err := dbsqlc.New(tx).StripeEventsParkedForPayment(ctx, paymentIntent)
 	if err != nil {
 		return nil, fmt.Errorf("find events parked for %s: %w", paymentIntent, MapError(err))

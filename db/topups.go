@@ -113,34 +113,27 @@ func TopupByPaymentIntent(ctx context.Context, q Conn, paymentIntent string) (To
 	return topupOrNotFound(r, err, "payment "+paymentIntent)
 }
 
-// InsertTopupForSession records the order (t.ID, AccountID, SessionID, Amount, Currency) of a Checkout
-// Session the webhook learns about first. Does nothing when the session already has an order
-// (topups_session_id_key).
-func InsertTopupForSession(ctx context.Context, q Conn, t Topup) error {
-	err := insertTopupForSession(ctx, q, dbsqlc.TopupsInsertForSessionParams{
-		ID: t.ID, AccountID: t.AccountID, SessionID: &t.SessionID, Amount: t.Amount, Currency: t.Currency,
-	})
+// PayTopup moves an order from pending to paid, at most once (TopupsPay, the one statement that pays
+// orders): paid is true only for the call that made the transition, and only that call may post the
+// credit. The order is named by o.SessionID, or by o.ID when it has no session (a recharge's), under
+// o.AccountID, and must hold o.Amount in o.Currency. A session without an order yet has its order (o.ID)
+// recorded already paid, when o.AccountID has the session's currency. paid is false when the order was
+// paid or expired before, holds another amount or currency, or the account is missing or of another
+// currency. ErrDedupeConflict when the payment already paid another order (topups_payment_intent_key).
+func PayTopup(ctx context.Context, q Conn, o Topup, eventID string) (order Topup, paid bool, err error) {
+	rows, err := dbsqlc.New(q).TopupsPay(ctx, payArgs(CheckoutPayment{Event: Event{ID: eventID}, Order: o}))
 	if err != nil {
-		return fmt.Errorf("record order of session %s: %w", t.SessionID, MapError(err))
+		return Topup{}, false, fmt.Errorf("pay order %s: %w", o.ID, MapError(err))
 	}
-	return nil
-}
-
-// MarkTopupPaid moves the session's order from pending to paid, at most once: paid is true only for
-// the call that made the transition, and only that call may post the credit. paid is false when the
-// session has no order or it was paid before. ErrDedupeConflict when the payment already paid another
-// order (topups_payment_intent_key).
-func MarkTopupPaid(ctx context.Context, q Conn, sessionID, paymentIntent, eventID string) (order Topup, paid bool, err error) {
-	r, err := markTopupPaid(ctx, q, dbsqlc.TopupsMarkPaidParams{
-		SessionID: &sessionID, PaymentIntent: nullable(paymentIntent), PaidEventID: &eventID,
-	})
-	if isNoRows(err) {
+	if len(rows) == 0 {
 		return Topup{}, false, nil
 	}
-	if err != nil {
-		return Topup{}, false, fmt.Errorf("mark order of session %s paid: %w", sessionID, MapError(err))
-	}
-	return topupFromRow(r), true, nil
+	r := rows[0]
+	return topupFromRow(dbsqlc.Topup{
+		ID: r.ID, AccountID: r.AccountID, SessionID: r.SessionID, PaymentIntent: r.PaymentIntent, Amount: r.Amount,
+		Currency: r.Currency, Status: r.Status, CheckoutURL: r.CheckoutURL, PaidEventID: r.PaidEventID,
+		CreatedAt: r.CreatedAt, PaidAt: r.PaidAt, IdempotencyKey: r.IdempotencyKey, RequestFingerprint: r.RequestFingerprint,
+	}), true, nil
 }
 
 // ExpireTopup moves the session's order from pending to expired (checkout.session.expired), at most

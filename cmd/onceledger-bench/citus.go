@@ -23,7 +23,7 @@ func (b *bench) billingCluster(ctx context.Context) {
 	if err == nil {
 		start := time.Now()
 		var rep reconcile.BillReport
-		rep, err = reconcile.New(reconcile.Deps{Pool: b.pool}, reconcile.Options{}).Bill(ctx, 0)
+		rep, err = reconcile.New(reconcile.Deps{Pool: b.pool, Ledger: b.ledger}, reconcile.Options{}).Bill(ctx, 0)
 		if err == nil {
 			r.rate = float64(rep.Billed) / time.Since(start).Seconds()
 		}

@@ -111,11 +111,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	distributed, err := db.Distributed(ctx, pool)
+	if err != nil {
+		return err
+	}
+	ledger := db.NewLedger(pool, db.LedgerConfig{Distributed: distributed})
 	srv, err := startServer(ctx, o.bin, env)
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, databaseURL: databaseURL, env: env, pool: pool, http: newClient(srv.base), srv: srv}
+	b := &bench{o: o, databaseURL: databaseURL, env: env, pool: pool, ledger: ledger, http: newClient(srv.base), srv: srv}
 	b.all(ctx)
 	hwm, hwmErr := srv.statusKB("VmHWM")
 	stopErr := srv.stop()
@@ -137,6 +142,7 @@ type bench struct {
 	databaseURL string
 	env         []string // the server's environment
 	pool        *pgxpool.Pool
+	ledger      *db.Ledger // posts on pool, without side effects
 	http        *client
 	srv         *server
 	rows        []row
@@ -190,7 +196,7 @@ func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
 	for _, c := range []int{1, 8, 32, 64} {
 		run := fmt.Sprintf("c%d", c)
 		base := measure(ctx, "webhook cold, direct SQL (fixed reference: 6 round trips)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-			return timed(func() error { return applyTopupDirect(ctx, b.pool, newTopupEvent("d"+run, i, accounts)) })
+			return timed(func() error { return applyTopupDirect(ctx, b.ledger, newTopupEvent("d"+run, i, accounts)) })
 		})
 		served := measure(ctx, "webhook cold", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error { return b.http.deliver(ctx, newTopupEvent("h"+run, i, accounts)) })
@@ -207,7 +213,7 @@ func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
 		run := fmt.Sprintf("c%d", c)
 		base := measure(ctx, "webhook duplicates (pairs), direct SQL", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 			e := newTopupEvent("dpair"+run, i, accounts)
-			return pair(func() error { return applyTopupDirect(ctx, b.pool, e) })
+			return pair(func() error { return applyTopupDirect(ctx, b.ledger, e) })
 		})
 		dup := measure(ctx, "webhook duplicates (pairs)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 			e := newTopupEvent("hpair"+run, i, accounts)
@@ -228,7 +234,6 @@ func (b *bench) webhooks(ctx context.Context, d time.Duration, accounts int) {
 // postings measures credits on one account: one transaction per posting and group commit, straight
 // through pgx, and through the API.
 func (b *bench) postings(ctx context.Context, d time.Duration) {
-	poster := db.NewPoster(b.pool, db.Ledger{}, db.PosterOptions{})
 	// One transaction per posting runs twice: on as many connections as callers (the lock queue grows
 	// with them) and on pgxpool's default pool (four connections here), which queues callers in the
 	// pool instead and is the faster of the two: the baseline group commit is measured against.
@@ -238,18 +243,19 @@ func (b *bench) postings(ctx context.Context, d time.Duration) {
 		return
 	}
 	defer serverPool.Close()
+	serverLedger := db.NewLedger(serverPool, db.LedgerConfig{})
 	pooled := fmt.Sprintf("postings hot, 1 tx/posting, direct SQL, %d conns", serverPool.Config().MaxConns)
 	for _, c := range []int{32, 64} {
 		account := func(workload string) string { return fmt.Sprintf("bench_hot_%s_%d", workload, c) }
 		oneTx := measure(ctx, pooled, c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-			return timed(func() error { return postOneTx(ctx, serverPool, hotAdjustment(account("pooled"), i)) })
+			return timed(func() error { return postOneTx(ctx, serverLedger, hotAdjustment(account("pooled"), i)) })
 		})
 		oneTxPerCaller := measure(ctx, fmt.Sprintf("postings hot, 1 tx/posting, direct SQL, %d conns", c), c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-			return timed(func() error { return postOneTx(ctx, b.pool, hotAdjustment(account("tx"), i)) })
+			return timed(func() error { return postOneTx(ctx, b.ledger, hotAdjustment(account("tx"), i)) })
 		})
-		grouped := measure(ctx, "postings hot, group commit, direct (db.Poster)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		grouped := measure(ctx, "postings hot, group commit, direct (db.Ledger.PostGrouped)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error {
-				_, err := poster.Post(ctx, hotAdjustment(account("group"), i))
+				_, err := b.ledger.PostGrouped(ctx, hotAdjustment(account("group"), i))
 				return err
 			})
 		})
@@ -279,12 +285,11 @@ func (b *bench) holds(ctx context.Context, d time.Duration) {
 	defer serverPool.Close()
 	account := func(workload string) string { return "bench_hold_" + workload }
 	for _, w := range []string{"tx", "group", "api"} {
-		if _, err := (db.Ledger{}).CreateAccount(ctx, b.pool, account(w), "usd", 1_000_000_000_000); err != nil {
+		if _, err := b.ledger.CreateAccount(ctx, account(w), "usd", 1_000_000_000_000); err != nil {
 			b.rows = append(b.rows, row{result: result{workload: "authorisations hot", errors: 1, firstErr: err.Error()}})
 			return
 		}
 	}
-	authoriser := db.NewHoldAuthoriser(b.pool, db.PosterOptions{})
 	oneTx := measure(ctx, fmt.Sprintf("authorisations hot, 1 tx each, direct SQL, %d conns", serverPool.Config().MaxConns), c, d,
 		func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error {
@@ -292,9 +297,9 @@ func (b *bench) holds(ctx context.Context, d time.Duration) {
 				return err
 			})
 		})
-	grouped := measure(ctx, "authorisations hot, group commit, direct (db.HoldAuthoriser)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+	grouped := measure(ctx, "authorisations hot, group commit, direct (db.Ledger.AuthoriseHoldGrouped)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 		return timed(func() error {
-			_, err := authoriser.Authorise(ctx, account("group"), "h"+strconv.Itoa(i), 1, time.Hour)
+			_, err := b.ledger.AuthoriseHoldGrouped(ctx, account("group"), "h"+strconv.Itoa(i), 1, time.Hour)
 			return err
 		})
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/stripefake"
@@ -87,8 +88,8 @@ func (c *client) authorise(ctx context.Context, account, hold string) error {
 // A duplicate stops at the event's primary key, as the webhook does. It is a fixed reference, one
 // statement per step (BEGIN, four statements, COMMIT: six round trips), as the webhook's own path
 // used to be: the server is measured against it, not against its own current statements.
-func applyTopupDirect(ctx context.Context, pool *pgxpool.Pool, e topupEvent) error {
-	return db.InTx(ctx, pool, func(tx db.Tx) error {
+func applyTopupDirect(ctx context.Context, ledger *db.Ledger, e topupEvent) error {
+	return db.InTx(ctx, ledger.Pool(), func(tx db.Tx) error {
 		duplicate, err := db.RecordEvent(ctx, tx, db.Event{
 			ID: e.id, Type: "checkout.session.completed", APIVersion: "2024-06-20", Created: time.Now(),
 			Payload: e.payload, Outcome: "applied",
@@ -96,17 +97,25 @@ func applyTopupDirect(ctx context.Context, pool *pgxpool.Pool, e topupEvent) err
 		if err != nil || duplicate {
 			return err
 		}
-		if err := db.InsertTopupForSession(ctx, tx, db.Topup{
-			ID: "top_" + e.session, AccountID: e.account, SessionID: e.session, Amount: topupAmount, Currency: "usd",
-		}); err != nil {
+		// The order recorded pending, then made paid: the two statements the webhook used to run.
+		if _, err := tx.Exec(ctx, `INSERT INTO topups (id, account_id, session_id, amount, currency)
+		                           VALUES ($1, $2, $3, $4, 'usd') ON CONFLICT (session_id) DO NOTHING`,
+			"top_"+e.session, e.account, e.session, topupAmount); err != nil {
 			return err
 		}
-		order, paid, err := db.MarkTopupPaid(ctx, tx, e.session, e.paymentIntent, e.id)
-		if err != nil || !paid {
+		var account string
+		var amount int64
+		err = tx.QueryRow(ctx, `UPDATE topups SET status = 'paid', payment_intent = $2, paid_event_id = $3, paid_at = now()
+		                        WHERE session_id = $1 AND status = 'pending' RETURNING account_id, amount`,
+			e.session, e.paymentIntent, e.id).Scan(&account, &amount)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
-		_, err = db.Ledger{}.Post(ctx, tx, db.Posting{
-			AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.Amount, Description: "Stripe Checkout top-up",
+		_, err = ledger.Post(ctx, tx, db.Posting{
+			AccountID: account, Kind: db.KindTopup, Amount: amount, Description: "Stripe Checkout top-up",
 			DedupeKey: "stripe:" + e.id, PaymentIntent: e.paymentIntent,
 		})
 		return err
@@ -140,9 +149,9 @@ func pair(deliver func() error) ([]time.Duration, error) {
 }
 
 // postOneTx is one posting in one transaction: what every posting costs without group commit.
-func postOneTx(ctx context.Context, pool *pgxpool.Pool, p db.Posting) error {
-	return db.InTx(ctx, pool, func(tx db.Tx) error {
-		_, err := db.Ledger{}.Post(ctx, tx, p)
+func postOneTx(ctx context.Context, ledger *db.Ledger, p db.Posting) error {
+	return db.InTx(ctx, ledger.Pool(), func(tx db.Tx) error {
+		_, err := ledger.Post(ctx, tx, p)
 		return err
 	})
 }

@@ -27,7 +27,7 @@ func TestServerKilledMidGroupCommit(t *testing.T) {
 	ctx := context.Background()
 	pool := openPool(t, url)
 	const account = "acct_hot_crash"
-	if _, err := ledger.CreateAccount(ctx, pool, account, "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, account, "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)

@@ -21,7 +21,7 @@ func TestServeWorksEveryQueueWithOneClient(t *testing.T) {
 	ctx := context.Background()
 	url := dbtest.URL(t)
 	pool := openPool(t, url)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_jobs", "usd", 1000); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_jobs", "usd", 1000); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.SetStripeCustomer(ctx, pool, "acct_jobs", "cus_jobs"); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
 )
 
 const loadSecret = "whsec_load_test"
@@ -131,7 +132,7 @@ func (w *workload) createAccounts(t *testing.T, databaseURL string) {
 	ctx := context.Background()
 	pool := openPool(t, databaseURL)
 	for acct := range w.accounts {
-		if _, err := ledger.CreateAccount(ctx, pool, acct, "gbp", 0); err != nil {
+		if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, acct, "gbp", 0); err != nil {
 			t.Fatal(err)
 		}
 	}

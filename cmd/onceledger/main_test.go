@@ -132,7 +132,7 @@ func TestVerifyExitCodeFollowsTheLedger(t *testing.T) {
 	url := dbtest.URL(t)
 	ctx := context.Background()
 	pool := openPool(t, url)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_verify", "usd", 300); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_verify", "usd", 300); err != nil {
 		t.Fatal(err)
 	}
 	vars := getenvFrom(map[string]string{"DATABASE_URL": url})

@@ -42,12 +42,12 @@ func TestServeDeliversNotificationsCommittedWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueuer := notify.NewNotifier(jobs, notify.Config{URL: recv.URL, Secret: secret})
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_serve_notify", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_serve_notify", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	var posted db.Posted
 	err = db.InTx(ctx, pool, func(tx pgx.Tx) error {
-		posted, err = db.Ledger{OnPosted: enqueuer.Enqueue}.Post(ctx, tx, db.Posting{
+		posted, err = dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: enqueuer.Enqueue}).Post(ctx, tx, db.Posting{
 			AccountID: "acct_serve_notify", Kind: db.KindTopup, Amount: 1200, DedupeKey: "stripe:evt_serve_notify",
 		})
 		return err
@@ -112,7 +112,7 @@ func TestRedeliveredTopupEventNotifiesOnce(t *testing.T) {
 		"DATABASE_URL": url, "NOTIFY_URL": recv.URL, "NOTIFY_SECRET": "s", "STRIPE_WEBHOOK_SECRET": loadSecret,
 	})
 	pool := openPool(t, url)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_notify_once", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_notify_once", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 

@@ -73,7 +73,7 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	proxy, url := newFaultProxy(t, direct)
 	ctx := context.Background()
 	pool := openPool(t, direct)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_outage", "gbp", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_outage", "gbp", 0); err != nil {
 		t.Fatal(err)
 	}
 	base := startServe(t, map[string]string{"DATABASE_URL": url, "STRIPE_WEBHOOK_SECRET": loadSecret})
@@ -84,6 +84,8 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	}
 
 	proxy.Cut()
+	// /readyz answers from a check at most a second old: once a check has seen the outage, every probe says so.
+	waitStatus(t, base+"/readyz", http.StatusServiceUnavailable, 5*time.Second)
 	for range 20 {
 		if got := statusOf(t, base+"/readyz"); got != http.StatusServiceUnavailable {
 			t.Fatalf("/readyz during the outage = %d, want 503", got)

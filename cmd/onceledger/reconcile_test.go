@@ -23,7 +23,7 @@ func databaseWithAccount(t *testing.T, accountID string) (string, *pgxpool.Pool)
 	t.Helper()
 	url := dbtest.URL(t)
 	pool := openPool(t, url)
-	if _, err := ledger.CreateAccount(context.Background(), pool, accountID, "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), accountID, "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	return url, pool
@@ -125,7 +125,7 @@ func TestReconcileRecoversMissedEventsThroughTheWebhookPath(t *testing.T) {
 	stripeAPI.SetEvents(event(1), event(2), event(3))
 
 	// Event 2 reached the webhook after all.
-	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	processor := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if res, err := processor.Process(ctx, event(2)); err != nil || !res.Credited {
 		t.Fatalf("webhook delivery of event 2: %+v, %v", res, err)
 	}

@@ -66,9 +66,8 @@ func printDryRun(ctx context.Context, w io.Writer, p *stripeevents.Processor, ev
 	if len(dry.Entries) == 0 {
 		fmt.Fprintln(w, "  would post nothing")
 	}
-	for _, posted := range dry.Entries {
-		e := posted.Entry
-		fmt.Fprintf(w, "  + %s %s %+d %s balance_after=%d\n", e.AccountID, e.Kind, e.Amount, e.DedupeKey, posted.Balance)
+	for _, e := range dry.Entries {
+		fmt.Fprintf(w, "  + %s %s %+d %s balance_after=%d\n", e.AccountID, e.Kind, e.Amount, e.DedupeKey, e.BalanceAfter)
 	}
 	return nil
 }

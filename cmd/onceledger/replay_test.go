@@ -25,7 +25,7 @@ func TestReplayAppliesParkedEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	processor := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	event := `{"id":"evt_replay","object":"event","type":"checkout.session.completed","api_version":"2025-04-30.basil",
 		"created":1700000000,"livemode":false,"data":{"object":{"id":"cs_replay","object":"checkout.session",
 		"payment_status":"paid","amount_total":700,"currency":"eur","metadata":{"account_id":"acct_late"},
@@ -34,7 +34,7 @@ func TestReplayAppliesParkedEventOnce(t *testing.T) {
 	if err != nil || res.Parked != stripeevents.ReasonUnknownAccount {
 		t.Fatalf("first delivery: %+v, %v; want parked unknown_account", res, err)
 	}
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_late", "eur", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_late", "eur", 0); err != nil {
 		t.Fatal(err)
 	}
 	vars := getenvFrom(map[string]string{"DATABASE_URL": url})

@@ -50,7 +50,7 @@ func TestTwoServeProcessesOnOneDatabase(t *testing.T) {
 	w := newWorkload(60)
 	w.createAccounts(t, url)
 	pool := openPool(t, url)
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_replicas", "gbp", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_replicas", "gbp", 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.InTx(ctx, pool, func(tx db.Tx) error {

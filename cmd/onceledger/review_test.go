@@ -18,7 +18,7 @@ func TestReviewSilencesAParkedEventInVerify(t *testing.T) {
 	url := dbtest.URL(t)
 	ctx := context.Background()
 	pool := openPool(t, url)
-	processor := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	processor := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, event := range [][]byte{
 		stripeEvent("evt_parked", "refund.created", map[string]any{"id": "re_1", "object": "refund", "amount": 300,
 			"currency": "gbp", "status": "succeeded", "payment_intent": "pi_never_paid"}),

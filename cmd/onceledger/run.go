@@ -25,6 +25,9 @@ commands:
   migrate down N        revert the last N of ours (the job queue's tables stay)
   migrate version       print the schema version
   reconcile [--once]    bill unbilled decisions and recover missed Stripe events (every RECONCILE_INTERVAL)
+  reconcile --stripe [--since T] [--until T]
+                        check that Stripe and the ledger agree over a window (default: the days of the
+                        last week without a checkpoint); non-zero exit on any drift
   verify                check every ledger invariant; non-zero exit on any violation
   review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
   replay [--dry-run] EVENT_ID...
@@ -108,11 +111,11 @@ func (e env) databaseURL(ctx context.Context) (string, error) {
 	return pglocal.Database(ctx, server, "onceledger")
 }
 
-// openPool opens the configured database, sized by DB_MAX_CONNS, its connections carrying the lot lifetimes.
+// openPool opens the configured database, sized by DB_MAX_CONNS.
 func (e env) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	url, err := e.databaseURL(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return db.Open(ctx, url, db.WithMaxConns(e.cfg.DBMaxConns), db.WithLotTTLs(e.cfg.PaidCreditTTL, e.cfg.GrantTTL))
+	return db.Open(ctx, url, db.WithMaxConns(e.cfg.DBMaxConns))
 }

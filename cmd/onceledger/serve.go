@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/api"
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/reconcile"
 )
 
-// serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, and the notification worker
-// when NOTIFY_URL is set, until ctx is cancelled (SIGINT/SIGTERM); then it drains in-flight requests,
-// stops the reconciler and the worker, and closes the pool last.
+// serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, the Stripe drift pass every
+// STRIPE_RECONCILE_INTERVAL, and the jobs of the one River client (notifications when NOTIFY_URL is
+// set, re-applications, recharges), until ctx is cancelled (SIGINT/SIGTERM); then it drains in-flight
+// requests, stops the reconciler, the drift pass and the jobs, and closes the pool last.
 func serve(ctx context.Context, e env) error {
 	m := metrics.New()
 	w, err := e.wire(ctx, true, m.ObservePosting)
@@ -27,9 +27,8 @@ func serve(ctx context.Context, e env) error {
 	defer w.close() // after the HTTP server drained: the jobs stop, then the pool closes
 	m.WatchPool(w.pool)
 	deps := api.Deps{
-		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger,
-		Poster: db.NewPoster(w.pool, w.ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(w.pool, db.PosterOptions{}),
-		Stripe: w.stripe, Events: w.events, Jobs: w.jobs,
+		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger, Stripe: w.stripe, Events: w.events,
+		Jobs: w.jobs,
 	}
 
 	srv := &http.Server{
@@ -58,7 +57,9 @@ func serve(ctx context.Context, e env) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	defer startReconciler(ctx, e, w, reconcile.NewMetrics(m.Registry))()
+	rm := reconcile.NewMetrics(m.Registry)
+	defer startReconciler(ctx, e, w, rm)()
+	defer startStripeDrift(ctx, e, w, rm)()
 
 	select {
 	case err := <-served:

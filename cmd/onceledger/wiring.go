@@ -21,11 +21,12 @@ import (
 const jobsStopTimeout = 15 * time.Second
 
 // wiring is what the commands that move money share, each built once here from the configuration and
-// handed in (api.Deps, reconcile.Deps): the pool, the Ledger every entry is posted through, the one
-// Stripe client, the one processor of Stripe events and the one River client.
+// handed in (api.Deps, reconcile.Deps): the pool, the Ledger every entry is posted through (the one
+// road into the money, with its group commit), the one Stripe client, the one processor of Stripe
+// events and the one River client.
 type wiring struct {
 	pool   *pgxpool.Pool
-	ledger db.Ledger
+	ledger *db.Ledger
 	// stripe is nil when STRIPE_SECRET_KEY is unset.
 	stripe *client.API
 	events *stripeevents.Processor
@@ -46,7 +47,7 @@ func (e env) wire(ctx context.Context, work bool, observe func(kind, result stri
 	if err != nil {
 		return nil, err
 	}
-	w := &wiring{pool: pool, ledger: db.Ledger{Observe: observe}, close: pool.Close}
+	w := &wiring{pool: pool, close: pool.Close}
 	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase)
 	// Completed below, once the River client its re-application worker is registered with exists.
 	w.events = &stripeevents.Processor{Pool: pool, Stripe: w.stripe, Livemode: e.cfg.Livemode, Log: e.log}
@@ -72,16 +73,23 @@ func (e env) wire(ctx context.Context, work bool, observe func(kind, result stri
 		return nil, fmt.Errorf("job queue: %w", err)
 	}
 
+	ledgerCfg := db.LedgerConfig{
+		Observe: observe, PaidCreditTTL: e.cfg.PaidCreditTTL, GrantTTL: e.cfg.GrantTTL,
+		GroupCheckouts: e.cfg.WebhookGroupCommit,
+	}
 	var notifier *notify.Notifier
 	if e.cfg.NotifyURL != "" {
 		notifier = notify.NewNotifier(w.jobs, notifyCfg)
-		w.ledger.OnPosted = notifier.Enqueue
+		ledgerCfg.OnPosted = notifier.Enqueue
 	}
+	// Which backend the database runs on, asked once, for the life of the process.
+	if ledgerCfg.Distributed, err = db.Distributed(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	w.ledger = db.NewLedger(pool, ledgerCfg)
 	w.events.Ledger = w.ledger
 	w.events.Reapply = stripeevents.NewReapplier(w.jobs)
-	if e.cfg.WebhookGroupCommit {
-		w.events.Checkouts = db.NewCheckoutGrouper(pool, w.ledger)
-	}
 	if work {
 		sweeper := &recharge.Sweeper{Pool: pool, Jobs: w.jobs, Notifier: notifier, Log: e.log}
 		if err := w.startJobs(ctx, e, sweeper); err != nil {

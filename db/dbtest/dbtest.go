@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -36,6 +37,22 @@ func New(t testing.TB) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// Ledger returns the Ledger of pool's database, configured as cfg says (no side effects when empty), on
+// the backend the database runs on, as the binary finds it.
+func Ledger(t testing.TB, pool *pgxpool.Pool, cfg ...db.LedgerConfig) *db.Ledger {
+	t.Helper()
+	var c db.LedgerConfig
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	distributed, err := db.Distributed(context.Background(), pool)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	c.Distributed = distributed
+	return db.NewLedger(pool, c)
 }
 
 // URL returns the URL of a fresh, fully migrated database, for tests that run the binary itself.
@@ -145,4 +162,76 @@ func (migrator) Migrate(_ context.Context, _ *sql.DB, conf pgtestdb.Config) erro
 	// Closed before returning: an open connection would stop the template from being cloned.
 	defer ms.Close()
 	return ms.Up()
+}
+
+// LedgerState is everything the ledger of a database says, keyed so that two databases fed the same
+// work compare equal: entries by account and seq, lots by the entry that made them, draws and refills
+// by the seqs of their entry and lot.
+func LedgerState(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []struct{ name, sql string }{
+		{"accounts", `SELECT id, balance, last_seq, held FROM accounts ORDER BY id`},
+		{"entries", `
+			SELECT l.account_id, l.seq, l.kind, l.amount,
+			       -- The keys of expiries and voids name lot and entry ids, which each database draws on its own.
+			       CASE WHEN l.lot_id IS NULL THEN coalesce(l.dedupe_key, '') ELSE l.kind END,
+			       coalesce(l.payment_intent, ''),
+			       l.balance_after,
+			       coalesce((SELECT c.seq FROM credit_lots cl JOIN ledger c ON c.id = cl.entry_id
+			                 WHERE cl.id = l.lot_id AND cl.account_id = l.account_id), 0),
+			       coalesce((SELECT r.seq FROM ledger r WHERE r.id = l.reverses_entry_id AND r.account_id = l.account_id), 0),
+			       coalesce(l.lot_category, ''), coalesce(l.lot_priority, -1)
+			FROM ledger l ORDER BY l.account_id, l.seq`},
+		{"lots", `
+			SELECT cl.account_id, c.seq, cl.category, cl.priority, cl.amount, cl.remaining, cl.expires_at IS NULL,
+			       cl.expires_at <= now(), cl.closed_at IS NULL
+			FROM credit_lots cl JOIN ledger c ON c.id = cl.entry_id ORDER BY cl.account_id, c.seq`},
+		{"draws", `
+			SELECT d.account_id, e.seq, c.seq, d.amount
+			FROM lot_draws d JOIN ledger e ON e.id = d.entry_id JOIN credit_lots cl ON cl.id = d.lot_id
+			JOIN ledger c ON c.id = cl.entry_id ORDER BY 1, 2, 3`},
+		{"refills", `
+			SELECT f.account_id, e.seq, c.seq, f.amount
+			FROM lot_refills f JOIN ledger e ON e.id = f.entry_id JOIN credit_lots cl ON cl.id = f.lot_id
+			JOIN ledger c ON c.id = cl.entry_id ORDER BY 1, 2, 3`},
+		{"debts", `SELECT x.account_id, e.seq, x.uncovered FROM lot_debts x JOIN ledger e ON e.id = x.entry_id ORDER BY 1, 2`},
+		{"orders", `SELECT id, account_id, coalesce(session_id, ''), coalesce(payment_intent, ''), amount, status,
+		                   coalesce(paid_event_id, '') FROM topups ORDER BY id`},
+		{"events", `SELECT event_id, outcome, coalesce(parked_reason, '') FROM stripe_events ORDER BY event_id`},
+	} {
+		rows, err := pool.Query(context.Background(), q.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		for rows.Next() {
+			values, err := rows.Values()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s %v\n", q.name, values)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// SameLedgers fails with the first line where the two states differ.
+func SameLedgers(t testing.TB, general, fast string) {
+	t.Helper()
+	g, f := strings.Split(general, "\n"), strings.Split(fast, "\n")
+	for i := range max(len(g), len(f)) {
+		var gl, fl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(f) {
+			fl = f[i]
+		}
+		if gl != fl {
+			t.Fatalf("the ledgers differ at line %d:\n general: %s\n    fast: %s", i+1, gl, fl)
+		}
+	}
 }

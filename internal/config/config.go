@@ -40,6 +40,9 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// ReconcileLookback is how far back the reconciler lists Stripe events whose delivery failed.
 	ReconcileLookback time.Duration
+	// StripeReconcileInterval is how often serve checks that Stripe and the ledger agree (the drift
+	// pass, SPEC §20); 0 turns the scheduled pass off.
+	StripeReconcileInterval time.Duration
 	// PaidCreditTTL is how long a top-up's credit lot lasts; GrantTTL the signup grant's. 0: never expires.
 	PaidCreditTTL time.Duration
 	GrantTTL      time.Duration
@@ -83,6 +86,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.ReconcileLookback, err = time.ParseDuration(or(getenv("RECONCILE_LOOKBACK"), "72h")); err != nil || c.ReconcileLookback <= 0 || c.ReconcileLookback > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("RECONCILE_LOOKBACK must be a positive duration up to 720h (Stripe keeps events 30 days), got %q", getenv("RECONCILE_LOOKBACK")))
+	}
+	if c.StripeReconcileInterval, err = time.ParseDuration(or(getenv("STRIPE_RECONCILE_INTERVAL"), "24h")); err != nil || c.StripeReconcileInterval < 0 {
+		errs = append(errs, fmt.Errorf("STRIPE_RECONCILE_INTERVAL must be a duration such as 24h, or 0 (off), got %q", getenv("STRIPE_RECONCILE_INTERVAL")))
 	}
 	if c.DBMaxConns, err = dbMaxConns(getenv("DB_MAX_CONNS"), c.DatabaseURL); err != nil {
 		errs = append(errs, err)

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/onceledger/onceledger/internal/config"
 )
@@ -93,6 +94,35 @@ func TestWebhookGroupCommit(t *testing.T) {
 	for _, setting := range []string{"true", "OFF", "0"} {
 		if _, err := config.Load(func(k string) string { return map[string]string{"WEBHOOK_GROUP_COMMIT": setting}[k] }); err == nil {
 			t.Errorf("WEBHOOK_GROUP_COMMIT=%q was accepted", setting)
+		}
+	}
+}
+
+// STRIPE_RECONCILE_INTERVAL is a daily drift pass unless set; 0 turns it off; a negative or malformed
+// value refuses to start.
+func TestStripeReconcileInterval(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		setting string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"", 24 * time.Hour, false},
+		{"6h", 6 * time.Hour, false},
+		{"0", 0, false},
+		{"-1h", 0, true},
+		{"daily", 0, true},
+	}
+	for _, c := range cases {
+		cfg, err := config.Load(func(k string) string {
+			return map[string]string{"STRIPE_RECONCILE_INTERVAL": c.setting}[k]
+		})
+		if (err != nil) != c.wantErr {
+			t.Errorf("STRIPE_RECONCILE_INTERVAL %q: error %v", c.setting, err)
+			continue
+		}
+		if !c.wantErr && cfg.StripeReconcileInterval != c.want {
+			t.Errorf("STRIPE_RECONCILE_INTERVAL %q: %s, want %s", c.setting, cfg.StripeReconcileInterval, c.want)
 		}
 	}
 }

@@ -235,28 +235,36 @@ type consoleServer struct {
 	t    *testing.T
 	url  string
 	pool *db.Pool
+	// logFile holds what the server logged.
+	logFile string
 }
 
 func newConsoleServer(t *testing.T) *consoleServer {
 	t.Helper()
 	pool := dbtest.New(t)
 	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// Wired as the binary wires it: one Ledger, Poster, hold authoriser, event processor (no Stripe
-	// key here) and River client (which only enqueues and lists here).
+	// A file: concurrent requests may write to it at once.
+	logFile := filepath.Join(t.TempDir(), "console.log")
+	logs, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logs.Close() })
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	// Wired as the binary wires it: one Ledger, event processor (no Stripe key here) and River client
+	// (which only enqueues and lists here).
 	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ledger db.Ledger
+	ledger := dbtest.Ledger(t, pool)
 	srv := httptest.NewServer(api.NewHandler(api.Deps{
 		Pool: pool, Log: log, Config: cfg, Ledger: ledger,
-		Poster: db.NewPoster(pool, ledger, db.PosterOptions{}), Holds: db.NewHoldAuthoriser(pool, db.PosterOptions{}),
 		Events: &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: log, Reapply: stripeevents.NewReapplier(jobs)},
 		Jobs:   jobs,
 	}))
 	t.Cleanup(srv.Close)
-	return &consoleServer{t: t, url: srv.URL, pool: pool}
+	return &consoleServer{t: t, url: srv.URL, pool: pool, logFile: logFile}
 }
 
 // deliver signs body as Stripe does and posts it to the webhook.

@@ -70,6 +70,7 @@ func (c *Console) Replay() http.Handler    { return c.handle(c.replay) }
 func (c *Console) Review() http.Handler    { return c.handle(c.review) }
 func (c *Console) Account() http.Handler   { return c.handle(c.account) }
 func (c *Console) Search() http.Handler    { return c.handle(c.search) }
+func (c *Console) Drift() http.Handler     { return c.handle(c.drift) }
 
 // Static serves the embedded stylesheet, routed under /console/static/ (embedded as static/).
 func (c *Console) Static() http.Handler {

@@ -8,7 +8,9 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
@@ -221,7 +223,11 @@ func (c *Console) eventPage(r *http.Request, id string) (*eventPage, error) {
 
 // event shows one stored event: its facts, payload, entries and the forms to act on it.
 func (c *Console) event(w http.ResponseWriter, r *http.Request) error {
-	p, err := c.eventPage(r, mux.Vars(r)["id"])
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	p, err := c.eventPage(r, id)
 	if err != nil {
 		return err
 	}
@@ -237,7 +243,10 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) error {
 // own code path in a transaction that is rolled back. It changes nothing, so it answers the POST
 // with the page itself.
 func (c *Console) dryRun(w http.ResponseWriter, r *http.Request) error {
-	id := mux.Vars(r)["id"]
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
 	dry, err := c.Events.DryRun(r.Context(), id)
 	if errors.Is(err, db.ErrNotFound) {
 		return err
@@ -259,11 +268,14 @@ func (c *Console) dryRun(w http.ResponseWriter, r *http.Request) error {
 // replay re-applies the event (never doubling an effect) and shows its page again (POST, redirect,
 // GET: reloading the page does not replay again).
 func (c *Console) replay(w http.ResponseWriter, r *http.Request) error {
-	id := mux.Vars(r)["id"]
-	_, err := c.Events.Replay(r.Context(), id)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	_, err = c.Events.Replay(r.Context(), id)
 	if err == nil {
 		c.Log.InfoContext(r.Context(), "console replay", "event", id)
-		http.Redirect(w, r, "/console/events/"+url.PathEscape(id)+"?done=replayed", http.StatusSeeOther)
+		http.Redirect(w, r, "/console/events/"+pathSegment(id)+"?done=replayed", http.StatusSeeOther)
 		return nil
 	}
 	if errors.Is(err, db.ErrNotFound) {
@@ -279,7 +291,10 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) error {
 
 // review marks a parked event as looked at, so that verify stops reporting it.
 func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
-	id := mux.Vars(r)["id"]
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
 	reviewed, err := db.MarkReviewed(r.Context(), c.Pool, id)
 	if err != nil {
 		return err
@@ -294,7 +309,7 @@ func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	c.Log.InfoContext(r.Context(), "console review", "event", id)
-	http.Redirect(w, r, "/console/events/"+url.PathEscape(id)+"?done=reviewed", http.StatusSeeOther)
+	http.Redirect(w, r, "/console/events/"+pathSegment(id)+"?done=reviewed", http.StatusSeeOther)
 	return nil
 }
 
@@ -331,7 +346,11 @@ type accountPage struct {
 // and a chart of that balance.
 func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	acct, err := db.GetAccount(ctx, c.Pool, mux.Vars(r)["id"])
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	acct, err := db.GetAccount(ctx, c.Pool, id)
 	if err != nil {
 		return err
 	}
@@ -374,6 +393,9 @@ type searchPage struct {
 func (c *Console) search(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := r.URL.Query().Get("q")
+	if !storableText(q) {
+		return &pageError{http.StatusBadRequest, "Search for text: valid UTF-8 without NUL characters."}
+	}
 	p := &searchPage{frame: c.frame(r, "Search")}
 	p.Query = q
 	if q == "" {
@@ -415,4 +437,30 @@ func found(err error) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// pathID is the {id} of the request's path, which the API's router matches escaped and hands over
+// unescaped (api/routes.go). An id that is not text the database can hold (not UTF-8, or holding NUL)
+// names nothing: 404, without asking the database, which would refuse the query.
+func pathID(r *http.Request) (string, error) {
+	id := mux.Vars(r)["id"]
+	if !storableText(id) {
+		return "", errNotFound
+	}
+	return id, nil
+}
+
+// storableText: s is text PostgreSQL can hold, valid UTF-8 without NUL.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// pathSegment escapes an id for one segment of a console path: / ? # and the like are percent-encoded,
+// and an id of . or .. is encoded whole, so that no browser or router takes it for a step between
+// folders.
+func pathSegment(id string) string {
+	if id == "." || id == ".." {
+		return strings.ReplaceAll(id, ".", "%2E")
+	}
+	return url.PathEscape(id)
 }

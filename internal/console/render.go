@@ -11,7 +11,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each rendered inside layout.html.
-var pageNames = []string{"login", "overview", "events", "event", "account", "search", "error"}
+var pageNames = []string{"login", "overview", "events", "event", "account", "search", "drift", "error"}
 
 func parsePages() map[string]*template.Template {
 	pages := make(map[string]*template.Template, len(pageNames))
@@ -59,6 +59,7 @@ var templateFuncs = template.FuncMap{
 	"ago":     ago,
 	"until":   until,
 	"sign":    signClass,
+	"segment": pathSegment,
 }
 
 // groupDigits writes minor units with thousands separators: -1234567 → "-1,234,567". Amounts are

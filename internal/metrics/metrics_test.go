@@ -24,8 +24,8 @@ func TestPostingsAreCountedByKindAndResult(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	m := metrics.New()
-	ledger := db.Ledger{Observe: m.ObservePosting}
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_m", "usd", 100); err != nil {
+	ledger := dbtest.Ledger(t, pool, db.LedgerConfig{Observe: m.ObservePosting})
+	if _, err := ledger.CreateAccount(ctx, "acct_m", "usd", 100); err != nil {
 		t.Fatal(err)
 	}
 	post := func(p db.Posting) error {
@@ -92,19 +92,18 @@ func TestPosterPostingsAreCounted(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	m := metrics.New()
-	ledger := db.Ledger{Observe: m.ObservePosting}
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_p", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_p", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
-	poster := db.NewPoster(pool, ledger, db.PosterOptions{})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Observe: m.ObservePosting})
 	credit := db.Posting{AccountID: "acct_p", Kind: db.KindAdjustment, Amount: 50, DedupeKey: "api:acct_p:k1", NoOverdraw: true}
 	for range 3 {
-		if _, err := poster.Post(ctx, credit); err != nil {
+		if _, err := poster.PostGrouped(ctx, credit); err != nil {
 			t.Fatal(err)
 		}
 	}
 	credit.Amount = 60
-	if _, err := poster.Post(ctx, credit); !errors.Is(err, db.ErrDedupeConflict) {
+	if _, err := poster.PostGrouped(ctx, credit); !errors.Is(err, db.ErrDedupeConflict) {
 		t.Fatalf("err = %v, want ErrDedupeConflict", err)
 	}
 	for result, n := range map[string]float64{"posted": 1, "replay": 2, "conflict": 1} {

@@ -135,12 +135,11 @@ func NewNotifier(jobs *river.Client[db.Tx], cfg Config) *Notifier {
 // Enqueue inserts, in tx, one notification job per newly posted entry; it is made for
 // db.Ledger.OnPosted. The jobs commit or roll back with the entries; an entry that already has a
 // job gets no second one.
-func (n *Notifier) Enqueue(ctx context.Context, tx db.Tx, posted []db.Posted) error {
-	params := make([]river.InsertManyParams, 0, len(posted))
+func (n *Notifier) Enqueue(ctx context.Context, tx db.Tx, entries []db.Entry) error {
+	params := make([]river.InsertManyParams, 0, len(entries))
 	// River rejects a batch holding one unique job twice; an entry listed twice is still one notification.
-	listed := make(map[int64]bool, len(posted))
-	for _, p := range posted {
-		e := p.Entry
+	listed := make(map[int64]bool, len(entries))
+	for _, e := range entries {
 		if listed[e.ID] {
 			continue
 		}
@@ -148,7 +147,7 @@ func (n *Notifier) Enqueue(ctx context.Context, tx db.Tx, posted []db.Posted) er
 		params = append(params, river.InsertManyParams{
 			Args: Args{
 				ID: NotificationID(e.ID), AccountID: e.AccountID, EntryKind: e.Kind, Amount: e.Amount,
-				Balance: p.Balance, CreatedAt: e.CreatedAt.UTC(),
+				Balance: e.BalanceAfter, CreatedAt: e.CreatedAt.UTC(),
 			},
 			InsertOpts: &n.insertOpts,
 		})

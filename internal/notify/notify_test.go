@@ -122,19 +122,19 @@ func start(t *testing.T, n notifier) {
 
 // running returns a fresh database holding accountID, a receiver answering status(n) to its n-th
 // request, and a Ledger whose postings notify that receiver through a running Notifier.
-func running(t *testing.T, accountID string, status func(n int) int) (*pgxpool.Pool, *receiver, db.Ledger) {
+func running(t *testing.T, accountID string, status func(n int) int) (*pgxpool.Pool, *receiver, *db.Ledger) {
 	t.Helper()
 	pool := dbtest.New(t)
 	createAccount(t, pool, accountID)
 	recv := newReceiver(t, status)
 	n := newNotifier(t, pool, testConfig(t, recv.url))
 	start(t, n)
-	return pool, recv, db.Ledger{OnPosted: n.Enqueue}
+	return pool, recv, dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: n.Enqueue})
 }
 
 func createAccount(t *testing.T, pool *pgxpool.Pool, id string) {
 	t.Helper()
-	if _, err := (db.Ledger{}).CreateAccount(context.Background(), pool, id, "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), id, "usd", 0); err != nil {
 		t.Fatalf("create account %s: %v", id, err)
 	}
 }
@@ -144,7 +144,7 @@ func topup(accountID, eventID string, amount int64) db.Posting {
 	return db.Posting{AccountID: accountID, Kind: db.KindTopup, Amount: amount, Description: "top-up", DedupeKey: "stripe:" + eventID}
 }
 
-func post(ctx context.Context, pool *pgxpool.Pool, l db.Ledger, p db.Posting) (db.Posted, error) {
+func post(ctx context.Context, pool *pgxpool.Pool, l *db.Ledger, p db.Posting) (db.Posted, error) {
 	var out db.Posted
 	err := db.InTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
@@ -238,7 +238,7 @@ func TestRedeliveredTopupNotifiesOnce(t *testing.T) {
 
 	var first []db.Posted
 	for _, p := range posted {
-		if p.Posted {
+		if p.New {
 			first = append(first, p)
 		}
 	}
@@ -289,7 +289,7 @@ func TestRolledBackPostingNotifiesNothing(t *testing.T) {
 		if doomed, err = ledger.Post(ctx, tx, topup("acct_rollback", "evt_doomed", 700)); err != nil {
 			return err
 		}
-		if !doomed.Posted {
+		if !doomed.New {
 			t.Errorf("the doomed posting was a replay")
 		}
 		var queued int
@@ -369,7 +369,7 @@ func TestDeliveryGivesUpAfterMaxAttempts(t *testing.T) {
 	n := newNotifier(t, pool, cfg)
 	start(t, n)
 
-	p, err := post(ctx, pool, db.Ledger{OnPosted: n.Enqueue}, topup("acct_giveup", "evt_giveup", 100))
+	p, err := post(ctx, pool, dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: n.Enqueue}), topup("acct_giveup", "evt_giveup", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func TestCommittedWhileStoppedIsDeliveredAfterRestart(t *testing.T) {
 	if err := before.jobs.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := post(ctx, pool, db.Ledger{OnPosted: before.Enqueue}, topup("acct_restart", "evt_restart", 400))
+	p, err := post(ctx, pool, dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: before.Enqueue}), topup("acct_restart", "evt_restart", 400))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +492,7 @@ func TestInterruptedDeliveryIsRetriedAfterRestart(t *testing.T) {
 
 	before := newNotifier(t, pool, testConfig(t, hang.URL))
 	start(t, before)
-	p, err := post(ctx, pool, db.Ledger{OnPosted: before.Enqueue}, topup("acct_interrupt", "evt_interrupt", 800))
+	p, err := post(ctx, pool, dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: before.Enqueue}), topup("acct_interrupt", "evt_interrupt", 800))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,12 +550,12 @@ func TestEnqueueIsUniquePerEntry(t *testing.T) {
 	pool := dbtest.New(t)
 	createAccount(t, pool, "acct_unique")
 	n := newNotifier(t, pool, testConfig(t, "http://127.0.0.1:9/never-started"))
-	p, err := post(ctx, pool, db.Ledger{}, topup("acct_unique", "evt_unique", 100))
+	p, err := post(ctx, pool, new(db.Ledger), topup("acct_unique", "evt_unique", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := db.InTx(ctx, pool, func(tx pgx.Tx) error { return n.Enqueue(ctx, tx, []db.Posted{p, p}) }); err != nil {
+		if err := db.InTx(ctx, pool, func(tx pgx.Tx) error { return n.Enqueue(ctx, tx, []db.Entry{p.Entry, p.Entry}) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -582,18 +582,18 @@ func TestBilledUsageNotifiesEachEntrysOwnBalance(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	chunk, err := ledger.BillChunk(ctx, pool, 0, 3, 100)
+	chunk, err := ledger.BillChunk(ctx, 0, 3, 100)
 	if err != nil || len(chunk.Posted) != 3 {
 		t.Fatalf("bill chunk = %+v, %v; want three entries", chunk, err)
 	}
 	want := map[string]int64{"decision:d1": 993, "decision:d2": 988, "decision:d3": 985}
 	byID := map[string]int64{}
 	for _, p := range chunk.Posted {
-		if p.Balance != want[p.Entry.DedupeKey] || p.Entry.BalanceAfter != p.Balance {
-			t.Fatalf("entry %s: balance %d, balance_after %d, want %d", p.Entry.DedupeKey, p.Balance, p.Entry.BalanceAfter, want[p.Entry.DedupeKey])
+		if p.BalanceAfter != want[p.DedupeKey] {
+			t.Fatalf("entry %s: balance_after %d, want %d", p.DedupeKey, p.BalanceAfter, want[p.DedupeKey])
 		}
-		id := notify.NotificationID(p.Entry.ID)
-		byID[id] = p.Balance
+		id := notify.NotificationID(p.ID)
+		byID[id] = p.BalanceAfter
 		waitForState(t, pool, id, "completed")
 	}
 	if got := balance(t, pool, acct); got != 985 {

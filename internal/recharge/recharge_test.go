@@ -30,7 +30,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func lowAccount(t *testing.T, pool *pgxpool.Pool, id string) db.Attempt {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, id, "usd", 1000); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, id, "usd", 1000); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.SetStripeCustomer(ctx, pool, id, "cus_"+id); err != nil {
@@ -48,7 +48,7 @@ func lowAccount(t *testing.T, pool *pgxpool.Pool, id string) db.Attempt {
 		t.Fatal(err)
 	}
 	err := db.InTx(ctx, pool, func(tx db.Tx) error {
-		_, err := (db.Ledger{}).Post(ctx, tx, db.Posting{AccountID: id, Kind: db.KindUsage, Amount: -950, DedupeKey: "spend:" + id})
+		_, err := new(db.Ledger).Post(ctx, tx, db.Posting{AccountID: id, Kind: db.KindUsage, Amount: -950, DedupeKey: "spend:" + id})
 		return err
 	})
 	if err != nil {
@@ -242,7 +242,7 @@ func TestSweeperNotifiesEachOutcomeOnce(t *testing.T) {
 		}
 		for _, amount := range []int64{950, -950} {
 			err := db.InTx(ctx, pool, func(tx db.Tx) error {
-				_, err := (db.Ledger{}).Post(ctx, tx, db.Posting{
+				_, err := new(db.Ledger).Post(ctx, tx, db.Posting{
 					AccountID: a.AccountID, Kind: db.KindAdjustment, Amount: amount, DedupeKey: fmt.Sprintf("move:%d:%d", i, amount),
 				})
 				return err

@@ -49,7 +49,7 @@ type biller struct {
 
 var billers = []biller{
 	{"reconciler", func(tb testing.TB, pool *pgxpool.Pool) int64 {
-		rep, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).Bill(context.Background(), 0)
+		rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(tb, pool)}, reconcile.Options{}).Bill(context.Background(), 0)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -112,11 +112,16 @@ func billDirectly(tb testing.TB, pool *pgxpool.Pool) int64 {
 			if err != nil || len(unbilled) == 0 {
 				return err
 			}
-			locked, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["AccountsLockForBilling"], pgx.NamedArgs{"ids": unbilled})), pgx.RowTo[string])
+			locked, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["AccountsLock"], pgx.NamedArgs{"ids": unbilled})),
+				func(row pgx.CollectableRow) (string, error) {
+					var account string
+					var lastSeq, balance, held int64
+					return account, row.Scan(&account, &lastSeq, &balance, &held)
+				})
 			if err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, q["LedgerUsageInsertForDecisions"],
+			rows, err := tx.Query(ctx, q["LedgerAppendForDecisions"],
 				pgx.NamedArgs{"after_seq": after, "upto_seq": upto, "account_ids": locked})
 			if err != nil {
 				return err

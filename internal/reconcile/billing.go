@@ -76,15 +76,15 @@ func (r *Reconciler) Bill(ctx context.Context, afterSeq int64) (BillReport, erro
 // billChunk bills the next chunk after afterSeq in one transaction and returns the seq ending it
 // (afterSeq when no decision is left).
 func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep *BillReport) (uptoSeq int64, err error) {
-	billed, err := r.ledger.BillChunk(ctx, r.pool, afterSeq, lastSeq, r.chunkSize)
+	billed, err := r.ledger.BillChunk(ctx, afterSeq, lastSeq, r.chunkSize)
 	if err != nil || billed.Read == 0 {
 		return afterSeq, err
 	}
 	chunk := BillReport{Read: billed.Read, Billed: int64(len(billed.Posted))}
 	accounts := make(map[string]struct{})
 	for _, p := range billed.Posted {
-		chunk.Amount += p.Entry.Amount
-		accounts[p.Entry.AccountID] = struct{}{}
+		chunk.Amount += p.Amount
+		accounts[p.AccountID] = struct{}{}
 	}
 	chunk.Accounts = int64(len(accounts))
 	for _, w := range billed.Waiting {

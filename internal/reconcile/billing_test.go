@@ -75,16 +75,16 @@ func assertBilledOnce(t *testing.T, pool *pgxpool.Pool, want int64) {
 }
 
 // countingLedger counts the entries handed to OnPosted, as notifications would see them.
-func countingLedger(n *atomic.Int64) db.Ledger {
-	return db.Ledger{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Posted) error {
+func countingLedger(t *testing.T, pool *db.Pool, n *atomic.Int64) *db.Ledger {
+	return dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: func(_ context.Context, _ pgx.Tx, posted []db.Entry) error {
 		for _, p := range posted {
-			if !p.Posted || p.Entry.Kind != db.KindUsage || p.Entry.DedupeKey == "" {
-				panic("OnPosted got an entry that is not a new usage entry")
+			if p.Kind != db.KindUsage || p.DedupeKey == "" {
+				panic("OnPosted got an entry that is not a usage entry")
 			}
 		}
 		n.Add(int64(len(posted)))
 		return nil
-	}}
+	}})
 }
 
 func TestBillingBillsEveryDecisionOnceAndRereadPostsNothing(t *testing.T) {
@@ -93,7 +93,7 @@ func TestBillingBillsEveryDecisionOnceAndRereadPostsNothing(t *testing.T) {
 	seedAccounts(t, pool, 1000)
 	seedDecisions(t, pool, 1, 100_000, 1000)
 	var notified atomic.Int64
-	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: countingLedger(&notified)}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: countingLedger(t, pool, &notified)}, reconcile.Options{})
 	ctx := context.Background()
 
 	first, err := r.Bill(ctx, 0)
@@ -128,7 +128,7 @@ func TestBillingTwoReconcilersAtOnceBillEachDecisionOnce(t *testing.T) {
 	seedAccounts(t, pool, 200)
 	seedDecisions(t, pool, 1, 50_000, 200)
 	var notified atomic.Int64
-	ledger := countingLedger(&notified)
+	ledger := countingLedger(t, pool, &notified)
 	// Different chunk sizes, so the two passes' chunks overlap at shifting boundaries.
 	reconcilers := []*reconcile.Reconciler{
 		reconcile.New(reconcile.Deps{Pool: pool, Ledger: ledger}, reconcile.Options{ChunkSize: 2000}),
@@ -172,7 +172,7 @@ func TestBillingWaitsForAnAccountThenBillsItOnALaterPass(t *testing.T) {
 	seedDecisions(t, pool, 1, 30, 1)
 	// A margin of one seq: only the cursor staying below the waiting decision makes the next,
 	// incremental pass read it again.
-	r := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{ChunkSize: 10, RescanMargin: 1})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{ChunkSize: 10, RescanMargin: 1})
 
 	first, err := r.Pass(ctx)
 	if err != nil {
@@ -182,7 +182,7 @@ func TestBillingWaitsForAnAccountThenBillsItOnALaterPass(t *testing.T) {
 		t.Fatalf("first pass: %+v", first.Bill)
 	}
 
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_late", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_late", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	seedDecisions(t, pool, 31, 30, 1)
@@ -205,7 +205,7 @@ func TestBillingCatchesADecisionCommittedBelowTheCursor(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	seedAccounts(t, pool, 1)
-	r := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{})
 	if _, err := r.Pass(ctx); err != nil { // the first, full pass; later ones start from the cursor
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestBillingLeavesOutAnAccountBeyondABigint(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := reconcile.NewMetrics(nil)
-	r := reconcile.New(reconcile.Deps{Pool: pool, Metrics: metrics}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool), Metrics: metrics}, reconcile.Options{})
 	for pass := range 2 {
 		rep, err := r.Pass(ctx)
 		if err != nil {

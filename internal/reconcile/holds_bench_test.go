@@ -22,7 +22,7 @@ func BenchmarkBillingHolds(b *testing.B) {
 			seedDecisions(b, pool, 1, benchDecisions, 1000)
 			seedHolds(b, pool)
 			b.StartTimer()
-			rep, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).Bill(context.Background(), 0)
+			rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(b, pool)}, reconcile.Options{}).Bill(context.Background(), 0)
 			b.StopTimer()
 			if err != nil || rep.Billed != benchDecisions || rep.HoldsCaptured != benchDecisions {
 				b.Fatalf("billed %+v, %v; want %d decisions and holds", rep, err, benchDecisions)

@@ -20,7 +20,7 @@ import (
 // newFundedAccount creates the account with credit as its signup grant.
 func newFundedAccount(tb testing.TB, pool *pgxpool.Pool, id string, credit int64) {
 	tb.Helper()
-	if _, err := (db.Ledger{}).CreateAccount(context.Background(), pool, id, "usd", credit); err != nil {
+	if _, err := dbtest.Ledger(tb, pool).CreateAccount(context.Background(), id, "usd", credit); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -71,47 +71,63 @@ func wantVerified(tb testing.TB, pool *pgxpool.Pool) {
 }
 
 // Billing a decision that names a hold captures the hold in the same transaction, once; a hold
-// resolved otherwise first is left as it was, and the decision is billed in full either way.
+// resolved otherwise first is left as it was, and the decision is billed in full, except for a hold
+// captured through the API: that capture paid for the work up to its amount, and the decision is billed
+// only its cost beyond it (SPEC §21), so no hold is paid twice.
 func TestBillingDecisionCapturesItsHold(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	newFundedAccount(t, pool, "acct_d", 1000)
-	for _, h := range []string{"within", "above", "voided", "captured", "twice"} {
+	for _, h := range []string{"within", "above", "voided", "captured", "captured_short", "twice"} {
 		mustAuthorise(t, pool, "acct_d", h, 40, time.Hour)
 	}
 	if _, err := db.VoidHold(ctx, pool, "acct_d", "voided"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (db.Ledger{}).CaptureHold(ctx, pool, "acct_d", "captured", 20); err != nil {
-		t.Fatal(err)
+	for _, h := range []string{"captured", "captured_short"} {
+		if _, err := dbtest.Ledger(t, pool).CaptureHold(ctx, "acct_d", h, 20); err != nil {
+			t.Fatal(err)
+		}
 	}
 	storeDecision(t, pool, "d_within", "acct_d", 37, "within")
 	storeDecision(t, pool, "d_above", "acct_d", 50, "above")
 	storeDecision(t, pool, "d_voided", "acct_d", 10, "voided")
 	storeDecision(t, pool, "d_captured", "acct_d", 5, "captured")
+	storeDecision(t, pool, "d_captured_short", "acct_d", 30, "captured_short")
 	storeDecision(t, pool, "d_twice_1", "acct_d", 7, "twice")
 	storeDecision(t, pool, "d_twice_2", "acct_d", 8, "twice")
 	storeDecision(t, pool, "d_unknown", "acct_d", 3, "never-authorised")
-	wantAccount(t, pool, "acct_d", 980, 120)
+	wantAccount(t, pool, "acct_d", 960, 120)
 
 	m := reconcile.NewMetrics(nil)
-	r := reconcile.New(reconcile.Deps{Pool: pool, Metrics: m}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool), Metrics: m}, reconcile.Options{})
 	rep, err := r.Bill(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// d_captured costs less than its hold's API capture: nothing more to bill.
 	if rep.Billed != 7 || rep.HoldsCaptured != 3 || rep.CostsAboveHold != 1 {
 		t.Fatalf("billing: %+v", rep)
 	}
-	// 1000 - 20 (API capture) - 37 - 50 - 10 - 5 - 7 - 8 - 3, and nothing left held.
-	wantAccount(t, pool, "acct_d", 860, 0)
+	// 1000 - 20 - 20 (API captures) - 37 - 50 - 10 - 0 - (30 - 20) - 7 - 8 - 3, and nothing left held.
+	wantAccount(t, pool, "acct_d", 835, 0)
+	for key, want := range map[string]int64{"decision:d_captured_short": -10, "decision:d_above": -50} {
+		e, err := db.EntryByDedupeKey(ctx, pool, key)
+		if err != nil || e.Amount != want {
+			t.Fatalf("%s: %+v %v, want %d", key, e, err, want)
+		}
+	}
+	if _, err := db.EntryByDedupeKey(ctx, pool, "decision:d_captured"); !errors.Is(err, db.ErrNotFound) {
+		t.Fatalf("decision:d_captured: %v, want no entry (its hold's capture paid for it)", err)
+	}
 	for hold, want := range map[string]db.Hold{
-		"within":   {Status: db.HoldCaptured, CapturedAmount: 37, DecisionID: "d_within"},
-		"above":    {Status: db.HoldCaptured, CapturedAmount: 40, DecisionID: "d_above"},
-		"voided":   {Status: db.HoldVoided},
-		"captured": {Status: db.HoldCaptured, CapturedAmount: 20},
-		"twice":    {Status: db.HoldCaptured, CapturedAmount: 7, DecisionID: "d_twice_1"},
+		"within":         {Status: db.HoldCaptured, CapturedAmount: 37, DecisionID: "d_within"},
+		"above":          {Status: db.HoldCaptured, CapturedAmount: 40, DecisionID: "d_above"},
+		"voided":         {Status: db.HoldVoided},
+		"captured":       {Status: db.HoldCaptured, CapturedAmount: 20},
+		"captured_short": {Status: db.HoldCaptured, CapturedAmount: 20},
+		"twice":          {Status: db.HoldCaptured, CapturedAmount: 7, DecisionID: "d_twice_1"},
 	} {
 		got := holdOf(t, pool, "acct_d", hold)
 		if got.Status != want.Status || got.CapturedAmount != want.CapturedAmount || got.DecisionID != want.DecisionID {
@@ -119,7 +135,7 @@ func TestBillingDecisionCapturesItsHold(t *testing.T) {
 		}
 	}
 	// Resolved by its decision, the hold is answered as such through the API, never twice.
-	if _, err := (db.Ledger{}).CaptureHold(ctx, pool, "acct_d", "within", 37); !errors.Is(err, db.ErrHoldCaptured) {
+	if _, err := dbtest.Ledger(t, pool).CaptureHold(ctx, "acct_d", "within", 37); !errors.Is(err, db.ErrHoldCaptured) {
 		t.Fatalf("capture after its decision: %v, want ErrHoldCaptured", err)
 	}
 	if _, err := db.VoidHold(ctx, pool, "acct_d", "above"); !errors.Is(err, db.ErrHoldCaptured) {
@@ -129,7 +145,7 @@ func TestBillingDecisionCapturesItsHold(t *testing.T) {
 	if err != nil || again.Billed != 0 || again.HoldsCaptured != 0 {
 		t.Fatalf("re-read: %+v %v", again, err)
 	}
-	wantAccount(t, pool, "acct_d", 860, 0)
+	wantAccount(t, pool, "acct_d", 835, 0)
 	wantVerified(t, pool)
 }
 
@@ -144,7 +160,7 @@ func TestBillingDecisionAfterExpiryLeavesTheHold(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	storeDecision(t, pool, "d_late", "acct_late", 30, "h")
 
-	rep, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).Pass(ctx)
+	rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{}).Pass(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +200,7 @@ func TestHoldCaptureRacingExpiryResolvesOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * 2 * time.Millisecond)
-			_, captured[i] = (db.Ledger{}).CaptureHold(ctx, pool, []string{"acct_x", "acct_y"}[i%2], fmt.Sprintf("h%d", i), 7)
+			_, captured[i] = dbtest.Ledger(t, pool).CaptureHold(ctx, []string{"acct_x", "acct_y"}[i%2], fmt.Sprintf("h%d", i), 7)
 		}()
 	}
 	stop := make(chan struct{})
@@ -253,7 +269,7 @@ func TestHoldCaptureRacingExpiryResolvesOnce(t *testing.T) {
 func TestHoldsRandomSequences(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	r := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{})
 	const seeds = 24
 	for seed := range uint64(seeds) {
 		runRandomSequence(t, pool, r, seed)
@@ -325,7 +341,7 @@ func runRandomSequence(t *testing.T, pool *pgxpool.Pool, r *reconcile.Reconciler
 				case 2, 3:
 					amount := rng.Int64N(70) // 0: all of it
 					var out db.HoldCapturedResult
-					out, err = (db.Ledger{}).CaptureHold(ctx, pool, acct, hold, amount)
+					out, err = dbtest.Ledger(t, pool).CaptureHold(ctx, acct, hold, amount)
 					if err == nil {
 						got.add(func() { got.captures[key] = append(got.captures[key], out.Hold.CapturedAmount) })
 					} else if !allowed(err, db.ErrHoldNotFound, db.ErrHoldCaptured, db.ErrHoldVoided, db.ErrHoldExpired,
@@ -359,7 +375,7 @@ func runRandomSequence(t *testing.T, pool *pgxpool.Pool, r *reconcile.Reconciler
 				case 8:
 					credit := 1 + rng.Int64N(50)
 					err = db.InTx(ctx, pool, func(tx pgx.Tx) error {
-						_, err := (db.Ledger{}).Post(ctx, tx, db.Posting{AccountID: acct, Kind: db.KindAdjustment, Amount: credit,
+						_, err := new(db.Ledger).Post(ctx, tx, db.Posting{AccountID: acct, Kind: db.KindAdjustment, Amount: credit,
 							DedupeKey: fmt.Sprintf("test:s%d_w%d_op%d", seed, w, op)})
 						return err
 					})
@@ -401,7 +417,9 @@ func runRandomSequence(t *testing.T, pool *pgxpool.Pool, r *reconcile.Reconciler
 			t.Fatalf("seed %d: %s answered voided, is %+v", seed, key, h)
 		}
 	}
-	// The money: credits less API captures less billed decisions, per account.
+	// The money: credits less API captures less billed decisions, per account. A decision naming a hold
+	// that was captured through the API before the decision was billed (the capture's entry comes first
+	// in the account's seq) pays only its cost beyond the captured amount: the hold is never paid twice.
 	for i := range accounts {
 		acct := account(i)
 		var balance, want int64
@@ -409,7 +427,14 @@ func runRandomSequence(t *testing.T, pool *pgxpool.Pool, r *reconcile.Reconciler
 			SELECT a.balance,
 			       $2::bigint
 			       - (SELECT coalesce(sum(captured_amount), 0) FROM holds WHERE account_id = a.id AND status = 'captured' AND decision_id IS NULL)
-			       - (SELECT coalesce(sum(cost), 0) FROM decisions WHERE account_id = a.id)
+			       - (SELECT coalesce(sum(d.cost - CASE WHEN c.seq IS NOT NULL AND (e.seq IS NULL OR c.seq < e.seq)
+			                                           THEN least(d.cost, h.captured_amount) ELSE 0 END), 0)
+			          FROM decisions d
+			          LEFT JOIN holds h ON h.account_id = d.account_id AND h.id = d.hold_id
+			                           AND h.status = 'captured' AND h.decision_id IS NULL
+			          LEFT JOIN ledger c ON h.id IS NOT NULL AND c.dedupe_key = 'hold:' || d.account_id || ':' || d.hold_id
+			          LEFT JOIN ledger e ON e.dedupe_key = 'decision:' || d.id
+			          WHERE d.account_id = a.id)
 			FROM accounts a WHERE a.id = $1`, acct, got.credits[acct]).Scan(&balance, &want)
 		if err != nil {
 			t.Fatal(err)

@@ -16,26 +16,27 @@ import (
 func TestPassExpiresLotsAfterBilling(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, dbtest.URL(t), db.WithLotTTLs(0, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := dbtest.New(t)
 	const accounts = 1001
 	if _, err := pool.Exec(ctx, `INSERT INTO accounts (id, currency) SELECT 'acct_' || g, 'usd' FROM generate_series(1, $1::int) g`, accounts); err != nil {
 		t.Fatal(err)
 	}
-	// Every account's signup grant in one statement: ledger_lots makes each a promotional lot expiring
-	// after GRANT_TTL.
+	// Every account's signup grant in one statement, through the one road: ledger_lots makes each a
+	// promotional lot expiring after GRANT_TTL (an hour), whose time the test then sets an hour back.
 	if _, err := pool.Exec(ctx, `
-		INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
-		SELECT id, 'grant', 500, 'signup grant', 'grant:' || id, 1, 500 FROM accounts ORDER BY id`); err != nil {
+		SELECT count(*) FROM ledger_append(
+		    ARRAY(SELECT id FROM accounts ORDER BY id), array_fill('grant'::text, ARRAY[$1::int]),
+		    array_fill(500::bigint, ARRAY[$1::int]), array_fill('signup grant'::text, ARRAY[$1::int]),
+		    ARRAY(SELECT 'grant:' || id FROM accounts ORDER BY id), p_lot_ttls => array_fill(3600::float8, ARRAY[$1::int]))`,
+		accounts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE credit_lots SET expires_at = expires_at - interval '2 hours'`); err != nil {
 		t.Fatal(err)
 	}
 	storeDecision(t, pool, "d1", "acct_1", 100, "")
-	time.Sleep(1100 * time.Millisecond)
 
-	rep, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).Pass(ctx)
+	rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{}).Pass(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestPassExpiresLotsAfterBilling(t *testing.T) {
 	if err != nil || len(violations) > 0 {
 		t.Fatalf("verify: %v %v", violations, err)
 	}
-	again, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).Pass(ctx)
+	again, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{}).Pass(ctx)
 	if err != nil || again.LotsExpired != 0 {
 		t.Fatalf("second pass expired %d (%v), want 0", again.LotsExpired, err)
 	}

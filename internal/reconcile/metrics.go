@@ -1,6 +1,10 @@
 package reconcile
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/onceledger/onceledger/db"
+)
 
 // Metrics are the reconciler's Prometheus counters.
 type Metrics struct {
@@ -22,6 +26,9 @@ type Metrics struct {
 	CapturedHolds  prometheus.Counter
 	CostsAboveHold prometheus.Counter
 	ExpiredHolds   prometheus.Counter
+	// StripeDrift is the open drift between Stripe and the ledger by reason (stripe_drift), as the last
+	// drift pass left it.
+	StripeDrift *prometheus.GaugeVec
 }
 
 // NewMetrics creates the counters and registers them on reg; with a nil reg they count without being
@@ -61,9 +68,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "onceledger", Subsystem: "reconcile", Name: "expired_holds_total",
 			Help: "Holds the expiry pass moved from held to expired, releasing their reservations.",
 		}),
+		StripeDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "onceledger", Name: "stripe_drift",
+			Help: "Open differences between Stripe and the ledger, by reason, as the last drift pass left them.",
+		}, []string{"reason"}),
+	}
+	for _, reason := range db.DriftReasons {
+		m.StripeDrift.WithLabelValues(reason) // every reason exported, at 0 until a pass counts
 	}
 	if reg != nil {
-		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.OutOfRange, m.CapturedHolds, m.CostsAboveHold, m.ExpiredHolds)
+		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.OutOfRange, m.CapturedHolds, m.CostsAboveHold, m.ExpiredHolds,
+			m.StripeDrift)
 	}
 	return m
 }

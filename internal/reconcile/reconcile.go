@@ -1,7 +1,8 @@
 // Package reconcile is the reconciler (SPEC §6): it bills stored decisions as usage entries, set-based
-// and exactly once, and recovers Stripe events whose webhook never arrived.
+// and exactly once, and recovers Stripe events whose webhook never arrived. Its drift pass (SPEC §20,
+// stripedrift.go) checks that Stripe and the ledger agree.
 //
-// Neither job keeps state that correctness depends on. A decision is billed once because its entry's
+// No job keeps state that correctness depends on. A decision is billed once because its entry's
 // dedupe key decision:{id} is unique in the ledger (ledger_dedupe_idx); an event is applied once
 // because its id is the primary key of stripe_events. The reconciler may therefore re-read anything,
 // run in several processes at once, and crash at any point.
@@ -23,11 +24,14 @@ import (
 type Deps struct {
 	Pool *db.Pool
 	// Ledger's OnPosted hook receives every usage entry billing inserts, in the chunk's transaction.
-	Ledger db.Ledger
+	Ledger *db.Ledger
 	// Stripe and Events enable missed-event recovery; with either nil, recovery is skipped. Events is
 	// the webhook's own processor, so a recovered event is applied exactly as its delivery would be.
 	Stripe *client.API
 	Events *stripeevents.Processor
+	// Livemode is the deployment's Stripe mode (config.Config.Livemode): the drift pass leaves objects of
+	// the other mode out. Nil checks both.
+	Livemode *bool
 	// Metrics may be nil: the counts are then not exported.
 	Metrics *Metrics
 }
@@ -46,15 +50,19 @@ type Options struct {
 	// Progress, when set, receives the running report every ProgressEvery chunks (default 10).
 	Progress      func(BillReport)
 	ProgressEvery int
+	// DriftProgress, when set, receives a drift pass's running report every thousand objects listed,
+	// and once when everything is matched, before it is recorded.
+	DriftProgress func(DriftReport)
 }
 
 // Reconciler bills decisions and recovers missed events. Its methods are safe for concurrent use,
 // and any number of reconcilers may share a database.
 type Reconciler struct {
 	pool          *db.Pool
-	ledger        db.Ledger
+	ledger        *db.Ledger
 	stripe        *client.API
 	events        *stripeevents.Processor
+	livemode      *bool
 	metrics       *Metrics
 	chunkSize     int
 	lookback      time.Duration
@@ -62,6 +70,7 @@ type Reconciler struct {
 	fullPassEvery time.Duration
 	progress      func(BillReport)
 	progressEvery int
+	onDrift       func(DriftReport)
 
 	mu       sync.Mutex
 	cursor   int64     // every decision with seq ≤ cursor was billed by an earlier pass, late commits aside
@@ -71,9 +80,10 @@ type Reconciler struct {
 // New returns a reconciler.
 func New(deps Deps, opts Options) *Reconciler {
 	r := &Reconciler{
-		pool: deps.Pool, ledger: deps.Ledger, stripe: deps.Stripe, events: deps.Events, metrics: deps.Metrics,
-		chunkSize: opts.ChunkSize, lookback: opts.Lookback, rescanMargin: opts.RescanMargin,
+		pool: deps.Pool, ledger: deps.Ledger, stripe: deps.Stripe, events: deps.Events, livemode: deps.Livemode,
+		metrics: deps.Metrics, chunkSize: opts.ChunkSize, lookback: opts.Lookback, rescanMargin: opts.RescanMargin,
 		fullPassEvery: opts.FullPassEvery, progress: opts.Progress, progressEvery: opts.ProgressEvery,
+		onDrift: opts.DriftProgress,
 	}
 	if r.metrics == nil {
 		r.metrics = NewMetrics(nil)
@@ -142,7 +152,7 @@ const expireLotAccounts = 1000
 func (r *Reconciler) ExpireLots(ctx context.Context) (int, error) {
 	var n int
 	for {
-		posted, more, err := r.ledger.ExpireLots(ctx, r.pool, expireLotAccounts)
+		posted, more, err := r.ledger.ExpireLots(ctx, expireLotAccounts)
 		n += len(posted)
 		if err != nil || !more {
 			return n, err
@@ -177,14 +187,20 @@ func (r *Reconciler) advance(rep BillReport, full bool, started time.Time) {
 // Run runs a pass now and then every interval until ctx is cancelled, handing each outcome to onPass.
 // A failed pass is reported and retried at the next tick: nothing it did half-way can be doubled.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration, onPass func(Report, error)) {
+	every(ctx, interval, func() {
+		rep, err := r.Pass(ctx)
+		if ctx.Err() == nil {
+			onPass(rep, err)
+		}
+	})
+}
+
+// every runs fn now and then every interval until ctx is cancelled.
+func every(ctx context.Context, interval time.Duration, fn func()) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
-		rep, err := r.Pass(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		onPass(rep, err)
+		fn()
 		select {
 		case <-ctx.Done():
 			return

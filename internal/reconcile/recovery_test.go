@@ -35,7 +35,7 @@ func TestRecoveryAppliesMissedEventsOnceAndSkipsProcessedOnes(t *testing.T) {
 	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL)
 
 	// The webhook's own processor: the sessions name no account, so each event is parked, once.
-	events := &stripeevents.Processor{Pool: pool, Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	events := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	// The webhook already processed evt_2.
 	if res, err := events.Process(ctx, eventJSON("evt_2", now)); err != nil || res.Duplicate {
 		t.Fatalf("webhook delivery of evt_2: %+v %v", res, err)
@@ -126,7 +126,7 @@ func TestRecoveryCountsOnlyRequestedTypes(t *testing.T) {
 	r := reconcile.New(reconcile.Deps{
 		Pool:    pool,
 		Stripe:  stripe,
-		Events:  &stripeevents.Processor{Pool: pool, Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Events:  &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		Metrics: reconcile.NewMetrics(reg),
 	}, reconcile.Options{})
 

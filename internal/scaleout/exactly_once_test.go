@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/internal/reconcile"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
@@ -64,7 +65,7 @@ func TestCitusDistributesTheSchema(t *testing.T) {
 
 func createAccount(t *testing.T, id string, balance int64) {
 	t.Helper()
-	if _, err := (db.Ledger{}).CreateAccount(context.Background(), pool, id, "usd", balance); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(context.Background(), id, "usd", balance); err != nil {
 		t.Fatalf("create %s: %v", id, err)
 	}
 }
@@ -79,7 +80,7 @@ func balanceOf(t *testing.T, id string) (balance, held int64) {
 }
 
 func processor() *stripeevents.Processor {
-	return &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &stripeevents.Processor{Pool: pool, Ledger: db.NewLedger(pool, db.LedgerConfig{Distributed: true}), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func event(id, eventType string, object map[string]any) []byte {
@@ -210,12 +211,12 @@ func TestCitusKeyReusedWithAnotherAccountConflicts(t *testing.T) {
 		var out db.Posted
 		err := db.InTx(ctx, pool, func(tx db.Tx) error {
 			var err error
-			out, err = (db.Ledger{}).Post(ctx, tx, db.Posting{AccountID: account, Kind: db.KindGrant, Amount: 10, DedupeKey: key})
+			out, err = new(db.Ledger).Post(ctx, tx, db.Posting{AccountID: account, Kind: db.KindGrant, Amount: 10, DedupeKey: key})
 			return err
 		})
 		return out, err
 	}
-	if first, err := post("acct_reuse_a", "grant:reuse"); err != nil || !first.Posted {
+	if first, err := post("acct_reuse_a", "grant:reuse"); err != nil || !first.New {
 		t.Fatalf("first posting: %+v %v", first, err)
 	}
 	for _, a := range accounts[1:] {
@@ -223,7 +224,7 @@ func TestCitusKeyReusedWithAnotherAccountConflicts(t *testing.T) {
 			t.Fatalf("key reused with %s: %v, want ErrDedupeConflict", a, err)
 		}
 	}
-	if again, err := post("acct_reuse_a", "grant:reuse"); err != nil || again.Posted {
+	if again, err := post("acct_reuse_a", "grant:reuse"); err != nil || again.New {
 		t.Fatalf("exact replay: %+v %v", again, err)
 	}
 
@@ -246,7 +247,7 @@ func TestCitusKeyReusedWithAnotherAccountConflicts(t *testing.T) {
 				conflicts++
 			case err != nil:
 				t.Errorf("posting: %v", err)
-			case out.Posted:
+			case out.New:
 				posted++
 			}
 		}()
@@ -277,8 +278,8 @@ func TestCitusRacingReconcilersBillEachDecisionOnce(t *testing.T) {
 		t.Fatalf("billing lag before billing: %+v %v, want 1000 unbilled", lag, err)
 	}
 	reconcilers := []*reconcile.Reconciler{
-		reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{ChunkSize: 2000}),
-		reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{ChunkSize: 3000}),
+		reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{ChunkSize: 2000}),
+		reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{ChunkSize: 3000}),
 	}
 	reports := make([]reconcile.BillReport, len(reconcilers))
 	errs := make([]error, len(reconcilers))
@@ -334,7 +335,7 @@ func TestCitusConcurrentHoldsOnOneAccount(t *testing.T) {
 		short   int
 	)
 	// Half alone, half through the authoriser that groups an account's authorisations.
-	authoriser := db.NewHoldAuthoriser(pool, db.PosterOptions{})
+	authoriser := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{}})
 	for i := range 40 {
 		wg.Add(1)
 		go func() {
@@ -344,7 +345,7 @@ func TestCitusConcurrentHoldsOnOneAccount(t *testing.T) {
 			if i%2 == 0 {
 				_, err = db.AuthoriseHold(ctx, pool, "acct_holds", id, 50, time.Hour)
 			} else {
-				_, err = authoriser.Authorise(ctx, "acct_holds", id, 50, time.Hour)
+				_, err = authoriser.AuthoriseHoldGrouped(ctx, "acct_holds", id, 50, time.Hour)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -371,7 +372,7 @@ func TestCitusConcurrentHoldsOnOneAccount(t *testing.T) {
 		var capErr, voidErr error
 		var inner sync.WaitGroup
 		inner.Add(2)
-		go func() { defer inner.Done(); _, capErr = (db.Ledger{}).CaptureHold(ctx, pool, "acct_holds", id, 30) }()
+		go func() { defer inner.Done(); _, capErr = dbtest.Ledger(t, pool).CaptureHold(ctx, "acct_holds", id, 30) }()
 		go func() { defer inner.Done(); _, voidErr = db.VoidHold(ctx, pool, "acct_holds", id) }()
 		inner.Wait()
 		hold, err := db.GetHold(ctx, pool, "acct_holds", id)
@@ -398,7 +399,7 @@ func TestCitusConcurrentHoldsOnOneAccount(t *testing.T) {
 func TestCitusPosterOnOneAccount(t *testing.T) {
 	ctx := context.Background()
 	createAccount(t, "acct_hot", 0)
-	poster := db.NewPoster(pool, db.Ledger{}, db.PosterOptions{})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{}})
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -415,7 +416,7 @@ func TestCitusPosterOnOneAccount(t *testing.T) {
 			if i%4 == 3 {
 				p = db.Posting{AccountID: "acct_hot", Kind: db.KindAdjustment, Amount: -25, DedupeKey: fmt.Sprintf("adj:hot:%d", i), NoOverdraw: true}
 			}
-			out, err := poster.Post(ctx, p)
+			out, err := poster.PostGrouped(ctx, p)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -423,9 +424,9 @@ func TestCitusPosterOnOneAccount(t *testing.T) {
 				refusals++
 			case err != nil:
 				t.Errorf("post %+v: %v", p, err)
-			case out.Posted && p.Amount < 0:
+			case out.New && p.Amount < 0:
 				debited -= p.Amount
-			case out.Posted:
+			case out.New:
 				posted++
 			default:
 				replays++

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/internal/reconcile"
 )
 
@@ -24,7 +25,7 @@ func post(t *testing.T, p db.Posting) (db.Posted, error) {
 	var out db.Posted
 	err := db.InTx(context.Background(), pool, func(tx db.Tx) error {
 		var err error
-		out, err = db.Ledger{}.Post(context.Background(), tx, p)
+		out, err = new(db.Ledger).Post(context.Background(), tx, p)
 		return err
 	})
 	return out, err
@@ -42,10 +43,7 @@ func mustPost(t *testing.T, p db.Posting) db.Entry {
 // adjust posts a positive adjustment whose lot has the given terms.
 func adjust(t *testing.T, account, key string, amount int64, terms db.LotTerms) db.Entry {
 	t.Helper()
-	if err := db.SetLotTerms(context.Background(), pool, account, key, terms); err != nil {
-		t.Fatal(err)
-	}
-	return mustPost(t, db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, DedupeKey: key})
+	return mustPost(t, db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: amount, DedupeKey: key, Lot: &terms})
 }
 
 // lotOf is the lot the credit entry made.
@@ -103,7 +101,7 @@ func TestCitusLotsDrawnInOrder(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_lo_1', $1, 45), ('dec_lo_2', $1, 30)`, acct); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{ChunkSize: 1000}).Bill(ctx, 0); err != nil || rep.Billed != 2 {
+	if rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{ChunkSize: 1000}).Bill(ctx, 0); err != nil || rep.Billed != 2 {
 		t.Fatalf("bill: %+v %v, want 2 billed", rep, err)
 	}
 	usage := map[string]db.Entry{}
@@ -160,7 +158,7 @@ func TestCitusLotsExpireInTheReconcilerPass(t *testing.T) {
 	drained := adjust(t, acct, "le:drained", 10, db.LotTerms{Category: db.LotPaid, Priority: 1})
 	mustPost(t, db.Posting{AccountID: acct, Kind: db.KindUsage, Amount: -40, DedupeKey: "le:u"}) // drained's 10, empty's 20, 10 of partly
 
-	r := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{})
 	n, err := r.ExpireLots(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -184,16 +182,16 @@ func TestCitusLotsExpireInTheReconcilerPass(t *testing.T) {
 
 	lv := lotOf(t, acct, voided)
 	for i, wantPosted := range []bool{true, false} {
-		out, err := db.Ledger{}.VoidLot(ctx, pool, lv.ID)
+		out, err := dbtest.Ledger(t, pool).VoidLot(ctx, lv.ID)
 		if err != nil || out.Posted != wantPosted || out.Lot.ClosedAt == nil || out.Lot.Remaining != 0 {
 			t.Fatalf("void %d of lot %d: %+v %v, want posted %t and closed", i, lv.ID, out, err, wantPosted)
 		}
 	}
 	// A lot with nothing left is closed without an entry.
-	if out, err := (db.Ledger{}).VoidLot(ctx, pool, lotOf(t, acct, drained).ID); err != nil || out.Posted || out.Lot.ClosedAt == nil {
+	if out, err := dbtest.Ledger(t, pool).VoidLot(ctx, lotOf(t, acct, drained).ID); err != nil || out.Posted || out.Lot.ClosedAt == nil {
 		t.Fatalf("void of a drained lot: %+v %v, want closed without an entry", out, err)
 	}
-	if _, err := (db.Ledger{}).VoidLot(ctx, pool, 1); !errors.Is(err, db.ErrLotNotFound) {
+	if _, err := dbtest.Ledger(t, pool).VoidLot(ctx, 1); !errors.Is(err, db.ErrLotNotFound) {
 		t.Fatalf("void of a missing lot: %v, want ErrLotNotFound", err)
 	}
 	if balance, _ := balanceOf(t, acct); balance != 100 || lotOf(t, acct, kept).Remaining != 100 {
@@ -201,17 +199,13 @@ func TestCitusLotsExpireInTheReconcilerPass(t *testing.T) {
 	}
 }
 
-// The lot lifetimes configured on the server's pool (PAID_CREDIT_TTL, GRANT_TTL) reach the trigger on
-// the worker that makes the lot.
-func TestCitusLotTTLsFromThePool(t *testing.T) {
+// The lot lifetimes configured on the Ledger (PAID_CREDIT_TTL, GRANT_TTL) travel with its postings to the
+// trigger on the worker that makes the lot.
+func TestCitusLotTTLsFromTheLedger(t *testing.T) {
 	ctx := context.Background()
-	ttlPool, err := db.Open(ctx, pool.Config().ConnString(), db.WithLotTTLs(720*time.Hour, 90*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ttlPool.Close()
+	withTTLs := dbtest.Ledger(t, pool, db.LedgerConfig{PaidCreditTTL: 720 * time.Hour, GrantTTL: 90 * time.Minute})
 	const acct = "acct_lots_ttl"
-	if created, err := (db.Ledger{}).CreateAccount(ctx, ttlPool, acct, "usd", 500); err != nil || !created.Granted {
+	if created, err := withTTLs.CreateAccount(ctx, acct, "usd", 500); err != nil || !created.Granted {
 		t.Fatalf("create account: %+v, %v", created, err)
 	}
 	grant, err := db.Entries(ctx, pool, acct, 0, 1)
@@ -219,8 +213,8 @@ func TestCitusLotTTLsFromThePool(t *testing.T) {
 		t.Fatalf("the signup grant: %v %v", grant, err)
 	}
 	var top db.Posted
-	err = db.InTx(ctx, ttlPool, func(tx db.Tx) error {
-		top, err = db.Ledger{}.Post(ctx, tx, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "lt:t", PaymentIntent: "pi_lots_ttl"})
+	err = db.InTx(ctx, pool, func(tx db.Tx) error {
+		top, err = withTTLs.Post(ctx, tx, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "lt:t", PaymentIntent: "pi_lots_ttl"})
 		return err
 	})
 	if err != nil {
@@ -235,7 +229,7 @@ func TestCitusLotTTLsFromThePool(t *testing.T) {
 			t.Errorf("%s lot expires at %v, want %s after %s", c.entry.Kind, l.ExpiresAt, c.ttl, c.entry.CreatedAt)
 		}
 	}
-	// The suite's own pool has no lifetimes: its lots never expire.
+	// A Ledger without lifetimes makes lots that never expire.
 	other := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 10, DedupeKey: "lt:t2", PaymentIntent: "pi_lots_ttl_2"})
 	if l := lotOf(t, acct, other); l.ExpiresAt != nil {
 		t.Errorf("lot made without lifetimes expires at %s, want never", l.ExpiresAt)
@@ -252,7 +246,7 @@ func TestCitusLotsConcurrentDebitsOnOneAccount(t *testing.T) {
 	for i, prio := range []int{30, 10, 20} {
 		lots = append(lots, adjust(t, acct, fmt.Sprintf("lh:%d", i), 100, db.LotTerms{Category: db.LotPaid, Priority: prio}))
 	}
-	poster := db.NewPoster(pool, db.Ledger{}, db.PosterOptions{})
+	poster := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{}})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range 64 {
@@ -262,7 +256,7 @@ func TestCitusLotsConcurrentDebitsOnOneAccount(t *testing.T) {
 			p := db.Posting{AccountID: acct, Kind: db.KindUsage, Amount: -4, DedupeKey: fmt.Sprintf("lh:u:%d", i)}
 			var err error
 			if i%2 == 0 {
-				_, err = poster.Post(ctx, p)
+				_, err = poster.PostGrouped(ctx, p)
 			} else {
 				_, err = post(t, p)
 			}
@@ -352,15 +346,13 @@ func TestCitusLotsRestoreAfterTheLotExpired(t *testing.T) {
 	const acct = "acct_lots_restore"
 	createAccount(t, acct, 0)
 	past := time.Now().Add(-time.Minute)
-	if err := db.SetLotTerms(ctx, pool, acct, "lr:t", db.LotTerms{Category: db.LotPaid, Priority: 50, ExpiresAt: &past}); err != nil {
-		t.Fatal(err)
-	}
-	top := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "lr:t", PaymentIntent: "pi_lots_restore"})
+	top := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindTopup, Amount: 100, DedupeKey: "lr:t", PaymentIntent: "pi_lots_restore",
+		Lot: &db.LotTerms{Category: db.LotPaid, Priority: 50, ExpiresAt: &past}})
 	mustPost(t, db.Posting{AccountID: acct, Kind: db.KindRefund, Amount: -60, DedupeKey: "stripe:refund:re_lots_restore", PaymentIntent: "pi_lots_restore"})
-	if _, err := reconcile.New(reconcile.Deps{Pool: pool}, reconcile.Options{}).ExpireLots(ctx); err != nil {
+	if _, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool)}, reconcile.Options{}).ExpireLots(ctx); err != nil {
 		t.Fatal(err)
 	}
-	restore := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindRefundRestore, Amount: 60, DedupeKey: "stripe:refund-failed:re_lots_restore", PaymentIntent: "pi_lots_restore"})
+	restore := mustPost(t, db.Posting{AccountID: acct, Kind: db.KindRefundRestore, Amount: 60, DedupeKey: "stripe:refund-failed:re_lots_restore", PaymentIntent: "pi_lots_restore", Reverses: "stripe:refund:re_lots_restore"})
 	lot := lotOf(t, acct, top)
 	var expired int64
 	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM ledger WHERE account_id = $1 AND kind = 'expiry' AND dedupe_key = $2`,

@@ -22,15 +22,15 @@ func TestChargeOnlyRefundFindsItsPayment(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_old", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_old", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	stripeAPI := stripefake.New()
 	t.Cleanup(stripeAPI.Close)
 	stripeAPI.SetCharge("ch_old", "pi_old")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := &stripeevents.Processor{Pool: pool, Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL), Log: log}
-	withoutKey := &stripeevents.Processor{Pool: pool, Log: log}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL), Log: log}
+	withoutKey := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: log}
 	refund := func(id string, amount int) []byte {
 		return event("evt_"+id, "refund.created", map[string]any{
 			"id": id, "object": "refund", "amount": amount, "currency": "usd", "status": "succeeded", "charge": "ch_old",

@@ -9,10 +9,10 @@ import (
 )
 
 // payCheckout is the happy path of a paid Checkout Session's delivery, the webhook's commonest: one
-// read before any transaction (db.ReadCheckoutState), which answers a redelivery at once, then, when
-// the read says the general path would credit the order and do nothing else, db.Ledger.PayCheckout's
-// transaction in two more round trips (through p.Checkouts, with the concurrent deliveries' own, when
-// set). done is false when the event is left to the general path:
+// read before any transaction (db.Ledger.ReadCheckoutState), which answers a redelivery at once, then,
+// when the read says the general path would credit the order and do nothing else, db.Ledger.PayCheckout's
+// transaction in two more round trips (with the concurrent deliveries' own, when the Ledger groups them).
+// done is false when the event is left to the general path:
 // another type, a session that is not plainly payable (unpaid, saving a card, an amount out of range),
 // or a state the general path decides (an order paid, expired or of another amount, an unknown account
 // or currency, events parked for the payment), and also when PayCheckout found, in its transaction,
@@ -30,7 +30,7 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 		s.AmountTotal <= 0 || s.AmountTotal > db.MaxAmount || s.Customer.ID != "" {
 		return Result{}, false, nil
 	}
-	state, err := db.ReadCheckoutState(ctx, p.Pool, ev.ID, s.ID, s.accountID(), paymentIntent)
+	state, err := p.Ledger.ReadCheckoutState(ctx, ev.ID, s.ID, s.accountID(), paymentIntent)
 	if err != nil {
 		return Result{EventID: ev.ID, Type: ev.Type}, true, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
@@ -48,15 +48,7 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 		},
 		Credit: db.Posting{Kind: db.KindTopup, Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID},
 	}
-	var (
-		paid   db.CheckoutPaid
-		posted db.Posted
-	)
-	if p.Checkouts != nil {
-		paid, posted, err = p.Checkouts.Pay(ctx, payment)
-	} else {
-		paid, posted, err = p.Ledger.PayCheckout(ctx, p.Pool, payment)
-	}
+	paid, posted, err := p.Ledger.PayCheckout(ctx, payment)
 	switch {
 	case err != nil:
 		return Result{EventID: ev.ID, Type: ev.Type}, true, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
@@ -74,9 +66,9 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 
 // payable: the general path would credit this session's order and park nothing. Its order, if any, is
 // pending with the session's amount and currency, the account exists in that currency, no event waits
-// for the payment, and the database is plain PostgreSQL.
+// for the payment, and the happy path runs here (plain PostgreSQL).
 func payable(state db.CheckoutState, s checkoutSession) bool {
-	if state.Distributed || state.ParkedWaiting || state.Account == nil || !strings.EqualFold(state.Account.Currency, s.Currency) {
+	if state.GeneralPath || state.ParkedWaiting || state.Account == nil || !strings.EqualFold(state.Account.Currency, s.Currency) {
 		return false
 	}
 	if o := state.Order; o != nil {

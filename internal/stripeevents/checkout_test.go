@@ -54,10 +54,10 @@ func TestCheckoutDeliveryRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_trips", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_trips", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
-	p := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	paid := func(n string) []byte {
 		return event("evt_trips_"+n, "checkout.session.completed", map[string]any{
 			"id": "cs_trips_" + n, "object": "checkout.session", "payment_status": "paid", "amount_total": 100,
@@ -95,10 +95,10 @@ func TestCheckoutHappyPathLeavesTheRestToTheGeneralPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_usd", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_usd", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
-	p := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	res, err := p.Process(ctx, event("evt_eur", "checkout.session.completed", map[string]any{
 		"id": "cs_eur", "object": "checkout.session", "payment_status": "paid", "amount_total": 100,
 		"currency": "eur", "payment_intent": "pi_eur", "metadata": map[string]any{"account_id": "acct_usd"},

@@ -22,10 +22,10 @@ func TestDryRunOfAnEventThatParksPostsNothing(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	var onPosted int
-	ledger := db.Ledger{OnPosted: func(context.Context, pgx.Tx, []db.Posted) error { onPosted++; return nil }}
+	ledger := dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: func(context.Context, pgx.Tx, []db.Entry) error { onPosted++; return nil }})
 	p := &stripeevents.Processor{Pool: pool, Ledger: ledger, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
-	if _, err := ledger.CreateAccount(ctx, pool, "acct_dry", "gbp", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_dry", "gbp", 0); err != nil {
 		t.Fatal(err)
 	}
 	topup := `{"id":"evt_dry_paid","object":"event","type":"checkout.session.completed","api_version":"2024-06-20",

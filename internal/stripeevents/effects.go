@@ -144,12 +144,6 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	if err != nil {
 		return outcome{}, err
 	}
-	err = db.InsertTopupForSession(ctx, tx, db.Topup{
-		ID: s.ID, AccountID: acct.ID, SessionID: s.ID, Amount: s.AmountTotal, Currency: acct.Currency,
-	})
-	if err != nil {
-		return outcome{}, err
-	}
 	if s.Customer.ID != "" {
 		// A session that saves the card (save_payment_method): its customer is the account's.
 		if err := db.SetStripeCustomer(ctx, tx, acct.ID, s.Customer.ID); err != nil {
@@ -157,7 +151,11 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 		}
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
-	order, paid, err := db.MarkTopupPaid(ctx, tx, s.ID, paymentIntent, ev.ID)
+	// The session's order moves from pending to paid, or is recorded paid if the session has none.
+	order, paid, err := db.PayTopup(ctx, tx, db.Topup{
+		ID: s.ID, AccountID: acct.ID, SessionID: s.ID, PaymentIntent: paymentIntent, Amount: s.AmountTotal,
+		Currency: acct.Currency,
+	}, ev.ID)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		// The payment already paid another order (topups_payment_intent_key).
 		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: paymentIntent, cause: err}
@@ -277,38 +275,90 @@ type reversal struct {
 	description             string
 }
 
-// refundReversals: pending, requires_action and succeeded refunds take money back; failed and canceled
-// ones take it back and restore it, so a late "created" event finds both keys taken.
+// The keys of the reversals and restores of refunds and disputes (SPEC §3): each names the thing that
+// happened, so the webhook posts it once and the drift pass (internal/reconcile) finds it.
+const (
+	refundKeyPrefix        = "stripe:refund:"
+	refundRestoreKeyPrefix = "stripe:refund-failed:"
+	disputeKeyPrefix       = "stripe:dispute:"
+	disputeWonKeyPrefix    = "stripe:dispute-won:"
+)
+
+// RefundKey is the key of a refund's reversal.
+func RefundKey(id string) string { return refundKeyPrefix + id }
+
+// RefundRestoreKey is the key of a refund's restore: the refund failed or was canceled.
+func RefundRestoreKey(id string) string { return refundRestoreKeyPrefix + id }
+
+// DisputeKey is the key of a chargeback's reversal.
+func DisputeKey(id string) string { return disputeKeyPrefix + id }
+
+// DisputeWonKey is the key of a dispute's restore: the dispute was won.
+func DisputeWonKey(id string) string { return disputeWonKeyPrefix + id }
+
+// RestoredRefund returns the refund a RefundRestoreKey names; ok is false for another key.
+func RestoredRefund(key string) (id string, ok bool) {
+	return strings.CutPrefix(key, refundRestoreKeyPrefix)
+}
+
+// RestoredDispute returns the dispute a DisputeWonKey names; ok is false for another key.
+func RestoredDispute(key string) (id string, ok bool) {
+	return strings.CutPrefix(key, disputeWonKeyPrefix)
+}
+
+// RefundMoves says what a refund in status has moved: pending, requires_action and succeeded refunds
+// take money back; failed and canceled ones take it back and give it back (so a late "created" event
+// finds both keys taken). Any other status moves nothing yet.
+func RefundMoves(status string) (reversed, restored bool) {
+	switch status {
+	case "pending", "requires_action", "succeeded":
+		return true, false
+	case "failed", "canceled":
+		return true, true
+	}
+	return false, false
+}
+
+// DisputeMoves says what a dispute's state alone has moved: a chargeback withdraws funds while
+// needs_response, under_review or lost, and gives them back when won; an inquiry (case_type inquiry, or
+// a warning_* status) moves nothing, nor does any other status.
+func DisputeMoves(status, caseType string) (withdrawn, reinstated bool) {
+	if isInquiry(status, caseType) {
+		return false, false
+	}
+	switch status {
+	case "needs_response", "under_review", "lost":
+		return true, false
+	case "won":
+		return true, true
+	}
+	return false, false
+}
+
+// refundReversals: the reversals (and restores) RefundMoves gives each refund.
 func refundReversals(refunds []refund) []reversal {
 	var out []reversal
 	for _, r := range refunds {
-		var undone bool
-		switch r.Status {
-		case "pending", "requires_action", "succeeded":
-		case "failed", "canceled":
-			undone = true
-		default:
-			continue
-		}
-		if r.ID == "" || r.Amount <= 0 {
+		reversed, restored := RefundMoves(r.Status)
+		if !reversed || r.ID == "" || r.Amount <= 0 {
 			continue
 		}
 		out = append(out, reversal{
-			kind: db.KindRefund, key: "stripe:refund:" + r.ID,
-			restoreKind: db.KindRefundRestore, restoreKey: "stripe:refund-failed:" + r.ID,
-			amount: r.Amount, currency: r.Currency, undone: undone, description: "Stripe refund " + r.ID,
+			kind: db.KindRefund, key: RefundKey(r.ID),
+			restoreKind: db.KindRefundRestore, restoreKey: RefundRestoreKey(r.ID),
+			amount: r.Amount, currency: r.Currency, undone: restored, description: "Stripe refund " + r.ID,
 		})
 	}
 	return out
 }
 
-// disputeReversal: chargebacks withdraw funds (created, needs_response, under_review, lost,
-// funds_withdrawn); won or funds_reinstated gives them back. Inquiries move no money, unless Stripe says
-// funds moved (funds_withdrawn / funds_reinstated), which it only does for an escalated one.
+// disputeReversal: what DisputeMoves gives the dispute's state, except that funds_withdrawn and
+// funds_reinstated say themselves what moved (Stripe sends them for an escalated inquiry too), and
+// that a chargeback's creation withdraws its funds whatever its status says.
 func disputeReversal(eventType string, d dispute) (reversal, bool) {
 	r := reversal{
-		kind: db.KindDispute, key: "stripe:dispute:" + d.ID,
-		restoreKind: db.KindDisputeWon, restoreKey: "stripe:dispute-won:" + d.ID,
+		kind: db.KindDispute, key: DisputeKey(d.ID),
+		restoreKind: db.KindDisputeWon, restoreKey: DisputeWonKey(d.ID),
 		amount: d.Amount, currency: d.Currency, description: "Stripe dispute " + d.ID,
 	}
 	if d.ID == "" || d.Amount <= 0 {
@@ -320,12 +370,12 @@ func disputeReversal(eventType string, d dispute) (reversal, bool) {
 	case eventType == "charge.dispute.funds_withdrawn":
 	case d.isInquiry():
 		return reversal{}, false
-	case d.Status == "won":
-		r.undone = true
-	case d.Status == "needs_response", d.Status == "under_review", d.Status == "lost",
-		eventType == "charge.dispute.created":
 	default:
-		return reversal{}, false
+		withdrawn, reinstated := DisputeMoves(d.Status, d.PaymentMethodDetails.Card.CaseType)
+		if !withdrawn && eventType != "charge.dispute.created" {
+			return reversal{}, false
+		}
+		r.undone = reinstated
 	}
 	return r, true
 }
@@ -371,7 +421,7 @@ func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, pa
 		}
 		posted, err = p.post(ctx, tx, &out, db.Posting{
 			AccountID: acct.ID, Kind: r.restoreKind, Amount: r.amount, Description: r.description + " undone",
-			DedupeKey: r.restoreKey, PaymentIntent: paymentIntent,
+			DedupeKey: r.restoreKey, PaymentIntent: paymentIntent, Reverses: r.key,
 		})
 		if err != nil {
 			return outcome{}, err
@@ -434,8 +484,8 @@ func (p *Processor) post(ctx context.Context, tx db.Tx, out *outcome, posting db
 	if err != nil {
 		return false, err
 	}
-	if posted.Posted {
+	if posted.New {
 		out.posted = append(out.posted, posting.DedupeKey)
 	}
-	return posted.Posted, nil
+	return posted.New, nil
 }

@@ -33,11 +33,11 @@ func TestTestModePaymentOnLiveDeploymentParks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_live", "usd", 0); err != nil {
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_live", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	live := true
-	p := &stripeevents.Processor{Pool: pool, Livemode: &live, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Livemode: &live, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	session := func(id, paymentIntent string) map[string]any {
 		return map[string]any{
 			"id": id, "object": "checkout.session", "payment_status": "paid", "amount_total": 1000,
@@ -76,7 +76,7 @@ func TestTestModePaymentOnLiveDeploymentParks(t *testing.T) {
 	}
 	wantBalance(t, pool, "acct_live", 1000)
 
-	either := &stripeevents.Processor{Pool: pool, Log: p.Log}
+	either := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: p.Log}
 	if res, err := either.Process(ctx, inMode(false, "evt_test_pay_2", "checkout.session.completed", session("cs_test_2", "pi_test_2"))); err != nil || !res.Credited {
 		t.Fatalf("a deployment of unknown mode refused a test payment: %+v %v", res, err)
 	}

@@ -304,5 +304,9 @@ func (d *dispute) ids() []string { return []string{d.ID, d.PaymentIntent.ID, d.C
 
 // isInquiry: an inquiry (a warning_* status, or case_type inquiry) moves no money.
 func (d dispute) isInquiry() bool {
-	return d.PaymentMethodDetails.Card.CaseType == "inquiry" || strings.HasPrefix(d.Status, "warning_")
+	return isInquiry(d.Status, d.PaymentMethodDetails.Card.CaseType)
+}
+
+func isInquiry(status, caseType string) bool {
+	return caseType == "inquiry" || strings.HasPrefix(status, "warning_")
 }

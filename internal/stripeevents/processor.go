@@ -59,7 +59,7 @@ const (
 type Processor struct {
 	Pool *db.Pool
 	// Ledger posts every entry, so that its side effects ride in the same transaction.
-	Ledger db.Ledger
+	Ledger *db.Ledger
 	// Stripe lists a charge's refunds for charge.refunded; nil when no API key is configured.
 	Stripe *client.API
 	// Reapply re-applies after commit the parked events a top-up cannot re-apply without calling
@@ -68,10 +68,7 @@ type Processor struct {
 	// Livemode is the deployment's mode (config.Config.Livemode): an event of the other mode is parked
 	// livemode_mismatch. Nil accepts both.
 	Livemode *bool
-	// Checkouts, when set, commits the happy path of concurrent paid Checkout Sessions together
-	// (db.CheckoutGrouper); nil gives each its own transaction (Ledger.PayCheckout).
-	Checkouts *db.CheckoutGrouper
-	Log       *slog.Logger
+	Log      *slog.Logger
 }
 
 // Result is what one delivery or replay did.
@@ -105,17 +102,16 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 	if res, done, err := p.payCheckout(ctx, ev, raw); done {
 		return res, err
 	}
-	if ev.Type == "charge.refunded" {
-		// Its effects need the charge's refund list from Stripe; a redelivery needs none, and must stay
-		// a duplicate while Stripe is down. A committed row proves it; db.RecordEvent below still
-		// decides for a delivery that arrives while the first is in flight.
-		recorded, err := db.EventRecorded(ctx, p.Pool, ev.ID)
-		if err != nil {
-			return Result{EventID: ev.ID, Type: ev.Type}, err
-		}
-		if recorded {
-			return p.duplicate(ctx, ev), nil
-		}
+	// Applying an event may need Stripe first (a refund list, a charge's payment, a saved card); a
+	// redelivery needs nothing, and must be a duplicate while Stripe is down, and cost Stripe no call
+	// while it is up. A committed row proves it; db.RecordEvent below still decides for a delivery that
+	// arrives while the first is in flight.
+	recorded, err := db.EventRecorded(ctx, p.Pool, ev.ID)
+	if err != nil {
+		return Result{EventID: ev.ID, Type: ev.Type}, err
+	}
+	if recorded {
+		return p.duplicate(ctx, ev), nil
 	}
 	f, err := p.prefetch(ctx, &ev)
 	if err != nil {
@@ -185,7 +181,7 @@ type DryRun struct {
 	Result Result
 	// Entries are the entries the replay would post, in posting order, each with the balance its
 	// account would have after it. Empty when a replay would post nothing.
-	Entries []db.Posted
+	Entries []db.Entry
 }
 
 // DryRun runs Replay's code path in a transaction that is always rolled back, and returns what it
@@ -196,28 +192,21 @@ type DryRun struct {
 // differ from a later replay only if the ledger changes in between; replaying stays safe, since every
 // effect is keyed. A never-received event is db.ErrNotFound.
 func (p *Processor) DryRun(ctx context.Context, eventID string) (DryRun, error) {
-	var posted []db.Posted
+	var posted []db.Entry
 	dry := *p
-	dry.Ledger.Observe = nil
-	dry.Ledger.OnPosted = func(ctx context.Context, tx db.Tx, entries []db.Posted) error {
-		posted = append(posted, entries...)
-		if p.Ledger.OnPosted == nil {
-			return nil
-		}
-		return p.Ledger.OnPosted(ctx, tx, entries)
-	}
-	var kept []db.Posted
+	dry.Ledger = p.Ledger.Collecting(func(entries []db.Entry) { posted = append(posted, entries...) })
+	var kept []db.Entry
 	ev, out, err := dry.reapply(ctx, eventID, func(tx db.Tx) error {
 		ids := make([]int64, len(posted))
 		for i, e := range posted {
-			ids[i] = e.Entry.ID
+			ids[i] = e.ID
 		}
 		present, err := db.PresentEntryIDs(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
 		for _, e := range posted {
-			if present[e.Entry.ID] {
+			if present[e.ID] {
 				kept = append(kept, e)
 			}
 		}

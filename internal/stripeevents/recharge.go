@@ -100,7 +100,9 @@ func (p *Processor) rechargePaid(ctx context.Context, tx db.Tx, ev event, order 
 		return outcome{}, park(ReasonAmountMismatch, pi.ID)
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: pi.ID}
-	paidOrder, paid, err := db.MarkTopupPaidByID(ctx, tx, order.ID, pi.ID, ev.ID)
+	// The order has no session: named by its id. Its payment is this PaymentIntent.
+	order.SessionID, order.PaymentIntent = "", pi.ID
+	paidOrder, paid, err := db.PayTopup(ctx, tx, order, ev.ID)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		return outcome{}, &parked{reason: ReasonDedupeConflict, paymentIntent: pi.ID, cause: err}
 	}
@@ -138,7 +140,8 @@ type savedCard struct {
 
 // prefetchCard asks Stripe, before the transaction, for the card a completed Checkout Session saved
 // (save_payment_method): the session names the customer, only its PaymentIntent names the card. Best
-// effort: the credit never waits on it, and the payment's payment_intent.succeeded records the card too.
+// effort, under the caller's short deadline (creditWait): the credit does not wait for more, and the
+// payment's payment_intent.succeeded records the card too.
 func (p *Processor) prefetchCard(ctx context.Context, ev event) *savedCard {
 	if ev.Type != "checkout.session.completed" && ev.Type != "checkout.session.async_payment_succeeded" || p.Stripe == nil {
 		return nil

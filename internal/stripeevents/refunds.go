@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/stripe/stripe-go/v79"
 
@@ -28,11 +29,18 @@ type fetched struct {
 	card *savedCard
 }
 
+// creditWait bounds how long a top-up's delivery waits on Stripe before its credit, for the refund lists
+// of the events parked for its payment and the card it saved together. What Stripe has not answered by
+// then is done without it (a job re-applies such a parked event after commit; the payment's
+// payment_intent.succeeded records the card), so a Stripe that hangs delays a credit by this at most.
+const creditWait = 1500 * time.Millisecond
+
 // prefetch asks Stripe, before the transaction, for what applying ev will need: the payment of a refund
-// or dispute that names only its charge (set on ev), the refund list of a charge.refunded, and the
-// refund lists of the events a top-up will un-park. An event of the other mode needs nothing (it
-// parks). A transient failure is returned, and the delivery is answered 503 with nothing written,
-// except for the un-parked events: a top-up is credited whatever Stripe says.
+// or dispute that names only its charge (set on ev), the refund list of a charge.refunded, and, for a
+// top-up, the refund lists of the events it will un-park and the card it saved. An event of the other
+// mode needs nothing (it parks). A transient failure is returned, and the delivery is answered 503
+// with nothing written, except for a top-up's lookups: a top-up is credited whatever Stripe says, within
+// creditWait.
 func (p *Processor) prefetch(ctx context.Context, ev *event) (fetched, error) {
 	if p.otherMode(*ev) {
 		return fetched{refunds: p.refundsOf}, nil
@@ -44,11 +52,13 @@ func (p *Processor) prefetch(ctx context.Context, ev *event) (fetched, error) {
 	if err != nil {
 		return fetched{}, err
 	}
-	parked, err := p.prefetchParked(ctx, *ev)
+	creditCtx, cancel := context.WithTimeout(ctx, creditWait)
+	defer cancel()
+	parked, err := p.prefetchParked(ctx, creditCtx, *ev)
 	if err != nil {
 		return fetched{}, err
 	}
-	return fetched{refunds: refunds, parked: parked, card: p.prefetchCard(ctx, *ev)}, nil
+	return fetched{refunds: refunds, parked: parked, card: p.prefetchCard(creditCtx, *ev)}, nil
 }
 
 // resolveCharge finds, through the Stripe API, the payment_intent of a refund or dispute that names only
@@ -98,9 +108,10 @@ func (p *Processor) prefetchRefunds(ctx context.Context, ev event) (refundLister
 }
 
 // prefetchParked lists the refunds of the charge.refunded events parked waiting for a top-up's payment,
-// which the top-up will re-apply. Stripe being unavailable leaves an event out (a job re-applies it
-// after commit); the rows are only read here (never locked: the top-up's transaction locks them).
-func (p *Processor) prefetchParked(ctx context.Context, ev event) (map[string]refundLister, error) {
+// which the top-up will re-apply; the Stripe calls run under stripeCtx. Stripe being unavailable, or
+// not answering in time, leaves an event out (a job re-applies it after commit); the rows are only read
+// here (never locked: the top-up's transaction locks them).
+func (p *Processor) prefetchParked(ctx, stripeCtx context.Context, ev event) (map[string]refundLister, error) {
 	paymentIntent := ev.paymentIntent()
 	if (ev.Type != "checkout.session.completed" && ev.Type != "checkout.session.async_payment_succeeded") || paymentIntent == "" {
 		return nil, nil
@@ -115,7 +126,7 @@ func (p *Processor) prefetchParked(ctx context.Context, ev event) (map[string]re
 		if err != nil || !parkedEv.needsRefundList() {
 			continue // re-applied without Stripe, or refused again in the transaction
 		}
-		lister, err := p.prefetchRefunds(ctx, parkedEv)
+		lister, err := p.prefetchRefunds(stripeCtx, parkedEv)
 		if err != nil {
 			p.Log.WarnContext(ctx, "refund list of a parked event not fetched: re-applied after commit", "event", row.ID, "err", err)
 			continue

@@ -31,11 +31,11 @@ func TestRefundFindsItsAccount(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	for _, id := range []string{"acct_paid", "acct_charge"} {
-		if _, err := (db.Ledger{}).CreateAccount(ctx, pool, id, "usd", 0); err != nil {
+		if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, id, "usd", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p := &stripeevents.Processor{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	paid, err := p.Process(ctx, event("evt_paid", "checkout.session.completed", map[string]any{
 		"id": "cs_1", "object": "checkout.session", "payment_status": "paid", "amount_total": 1000,
 		"currency": "usd", "payment_intent": "pi_paid", "metadata": map[string]any{"account_id": "acct_paid"},

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 	"github.com/onceledger/onceledger/internal/stripemock"
@@ -20,8 +19,8 @@ func TestRefundListAcceptedByStripeMock(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := &stripeevents.Processor{Pool: pool, Stripe: stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t)), Log: log}
-	if _, err := (db.Ledger{}).CreateAccount(ctx, pool, "acct_mock", "usd", 0); err != nil {
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t)), Log: log}
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_mock", "usd", 0); err != nil {
 		t.Fatal(err)
 	}
 	paid, err := p.Process(ctx, event("evt_mock_paid", "checkout.session.completed", map[string]any{

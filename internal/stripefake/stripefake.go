@@ -1,16 +1,21 @@
 // Package stripefake is a loopback stand-in for the Stripe API endpoints onceledger calls — creating a
 // Checkout Session and a customer (the API's top-ups), creating an off-session PaymentIntent (auto-recharge),
 // retrieving a PaymentIntent (the card a session saved), listing a charge's refunds (the webhook's charge.refunded),
-// retrieving a charge (a refund or dispute naming only its charge) and listing events (the reconciler's missed-webhook search) — and signs webhook payloads as Stripe does.
+// retrieving a charge (a refund or dispute naming only its charge), listing events (the reconciler's missed-webhook search),
+// and listing and retrieving Checkout Sessions, PaymentIntents, refunds and disputes (the drift pass) — and signs
+// webhook payloads as Stripe does.
 // The demo, the bench and the tests share it; it is never Stripe, and says so in its errors.
 package stripefake
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,8 +45,11 @@ type Server struct {
 	queries  []url.Values                 // of every GET /v1/events
 	calls    int
 	failWith int
+	hang     bool
 
-	intents        map[string]json.RawMessage // PaymentIntent id → the PaymentIntent retrieved
+	intents        map[string]json.RawMessage   // PaymentIntent id → the PaymentIntent retrieved
+	objects        map[string][]json.RawMessage // a listing's path → what it lists, newest first (SetObjects)
+	listQueries    map[string][]url.Values      // a listing's path → the query of each page asked for
 	customers      []url.Values
 	paymentIntents []url.Values // every PaymentIntent created, in order
 	intentRequests []string     // the Idempotency-Key of every PaymentIntent request, answered or not
@@ -52,7 +60,7 @@ type Server struct {
 func New() *Server {
 	s := &Server{
 		refunds: map[string][]json.RawMessage{}, charges: map[string]json.RawMessage{}, byKey: map[string][]byte{},
-		intents: map[string]json.RawMessage{},
+		intents: map[string]json.RawMessage{}, objects: map[string][]json.RawMessage{}, listQueries: map[string][]url.Values{},
 	}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
@@ -96,6 +104,14 @@ func (s *Server) FailWith(status int) {
 	s.failWith = status
 }
 
+// Hang makes every call be accepted and never answered, each waiting until its caller gives up (a
+// Stripe that hangs), until Hang(false).
+func (s *Server) Hang(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hang = on
+}
+
 // Sessions returns the form of every Checkout Session created so far, in order (a request answered
 // by its Idempotency-Key creates none).
 func (s *Server) Sessions() []url.Values {
@@ -126,8 +142,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.calls++
-	failWith := s.failWith
+	failWith, hang := s.failWith, s.hang
 	s.mu.Unlock()
+	if hang {
+		<-r.Context().Done()
+		return
+	}
 	if failWith != 0 {
 		writeError(w, failWith, "the stand-in was told to fail")
 		return
@@ -144,10 +164,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		pi, ok := s.intents[strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/")]
 		s.mu.Unlock()
 		if !ok {
-			writeError(w, http.StatusNotFound, "No such payment_intent")
+			s.retrieve(w, r.URL.Path)
 			return
 		}
 		_, _ = w.Write(pi)
+	case r.Method == http.MethodGet && listings[r.URL.Path] && (r.URL.Path != "/v1/refunds" || r.Form.Get("charge") == ""):
+		s.list(w, r)
+	case r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/refunds/") || strings.HasPrefix(r.URL.Path, "/v1/disputes/")):
+		s.retrieve(w, r.URL.Path)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.Form.Get("charge") != "":
 		s.mu.Lock()
 		refunds := s.refunds[r.Form.Get("charge")]
@@ -280,8 +304,96 @@ func (s *Server) Customers() []url.Values {
 	return append([]url.Values(nil), s.customers...)
 }
 
+// listings are the paths SetObjects fills.
+var listings = map[string]bool{
+	"/v1/checkout/sessions": true, "/v1/payment_intents": true, "/v1/refunds": true, "/v1/disputes": true,
+}
+
+// SetObjects is what the listing at path (/v1/checkout/sessions, /v1/payment_intents, /v1/refunds or
+// /v1/disputes) holds from now on, each a whole Stripe object with its id and created. As Stripe does, it
+// lists them newest first, a page of the request's limit at a time, filtered by created[gte] and
+// created[lt], and retrieves each by id at path/{id}.
+func (s *Server) SetObjects(path string, objects ...map[string]any) {
+	list := make([]json.RawMessage, len(objects))
+	for i, o := range objects {
+		list[i] = mustJSON(o)
+	}
+	slices.SortStableFunc(list, func(a, b json.RawMessage) int { return cmp.Compare(created(b), created(a)) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.objects[path] = list
+}
+
+// created is an object's created.
+func created(object json.RawMessage) int64 {
+	var o struct {
+		Created int64 `json:"created"`
+	}
+	_ = json.Unmarshal(object, &o)
+	return o.Created
+}
+
+// ListQueries returns the query of every page of the listing at path asked for so far, in order.
+func (s *Server) ListQueries(path string) []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.listQueries[path]...)
+}
+
+// list answers one page of a SetObjects listing.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.listQueries[r.URL.Path] = append(s.listQueries[r.URL.Path], r.URL.Query())
+	all := s.objects[r.URL.Path]
+	s.mu.Unlock()
+	gte, _ := strconv.ParseInt(r.Form.Get("created[gte]"), 10, 64)
+	lt, err := strconv.ParseInt(r.Form.Get("created[lt]"), 10, 64)
+	if err != nil {
+		lt = math.MaxInt64
+	}
+	var items []json.RawMessage
+	for _, item := range all {
+		var o struct {
+			Status string `json:"status"`
+		}
+		_ = json.Unmarshal(item, &o)
+		if c := created(item); c < gte || c >= lt || (r.Form.Get("status") != "" && o.Status != r.Form.Get("status")) {
+			continue
+		}
+		items = append(items, item)
+	}
+	limit, err := strconv.Atoi(r.Form.Get("limit"))
+	if err != nil || limit < 1 || limit > 100 {
+		limit = 10 // Stripe's default
+	}
+	writeItems(w, r, r.URL.Path, items, limit)
+}
+
+// retrieve answers the object of a SetObjects listing whose id ends path, or a 404 as Stripe does.
+func (s *Server) retrieve(w http.ResponseWriter, path string) {
+	i := strings.LastIndex(path, "/")
+	s.mu.Lock()
+	all := s.objects[path[:i]]
+	s.mu.Unlock()
+	for _, item := range all {
+		var o struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(item, &o) == nil && o.ID == path[i+1:] {
+			_, _ = w.Write(item)
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "No such object: '"+path[i+1:]+"'")
+}
+
 // writePage answers one item of items, the one after starting_after, as a Stripe list.
 func writePage(w http.ResponseWriter, r *http.Request, path string, items []json.RawMessage) {
+	writeItems(w, r, path, items, 1)
+}
+
+// writeItems answers the page of at most limit items after the one starting_after names.
+func writeItems(w http.ResponseWriter, r *http.Request, path string, items []json.RawMessage, limit int) {
 	start := 0
 	if after := r.Form.Get("starting_after"); after != "" {
 		for i, item := range items {
@@ -293,8 +405,8 @@ func writePage(w http.ResponseWriter, r *http.Request, path string, items []json
 			}
 		}
 	}
-	page := append([]json.RawMessage{}, items[start:min(start+1, len(items))]...)
-	_, _ = w.Write(mustJSON(map[string]any{"object": "list", "url": path, "data": page, "has_more": start+1 < len(items)}))
+	page := append([]json.RawMessage{}, items[start:min(start+limit, len(items))]...)
+	_, _ = w.Write(mustJSON(map[string]any{"object": "list", "url": path, "data": page, "has_more": start+limit < len(items)}))
 }
 
 func writeError(w http.ResponseWriter, status int, message string) {

@@ -1,8 +1,16 @@
--- Scale-out on Citus (SPEC §15): what `onceledger migrate up` changes, once, on a database with the citus
--- extension, after the migrations and before it distributes the tables (db/citus.go: accounts by id, every
--- table of an account's data by account_id colocated with accounts, stripe_events by event_id,
--- dedupe_claims by dedupe_key). Plain PostgreSQL never runs this file: there ledger_dedupe_idx and
--- ledger_chain stay exactly as the migrations made them.
+-- Scale-out on Citus (SPEC §15): what `onceledger migrate up` runs on a database with the citus extension,
+-- after the migrations and before it distributes the tables (db/citus.go: accounts by id, every table of an
+-- account's data by account_id colocated with accounts, stripe_events by event_id, dedupe_claims by
+-- dedupe_key). Plain PostgreSQL never runs this file: there ledger_dedupe_idx, ledger_chain and ledger_lots
+-- stay exactly as the migrations made them.
+--
+-- It runs on EVERY `migrate up`, and running it again is harmless: each change below is made only when it
+-- is not made yet, and each function is created or replaced. So a migration that later redefines one of
+-- the functions this file gives a Citus form of (on a cluster, a migration runs on the coordinator as on
+-- plain PostgreSQL) gets its Citus form back in the same `migrate up`. Each such function names, in a
+-- "mirrors" line, the migration whose plain form it follows and a SHA-256 of that form's text;
+-- TestCitusFormsFollowTheirMigrations fails when a migration changes a mirrored function, until its Citus
+-- form here is reviewed and its line updated.
 --
 -- Citus requires every unique key of a distributed table to include its distribution column, so the
 -- global keys become per account (per event for stripe_events). One of them carries the seed's guarantee,
@@ -12,10 +20,16 @@
 --       distributed by dedupe_key, claimed with INSERT ... ON CONFLICT (dedupe_key) DO NOTHING RETURNING in
 --       the posting's transaction (a multi-shard transaction, committed with two-phase commit).
 -- We chose (b). Both were measured on a coordinator and two workers on one machine before this file was
--- written: billing ran about 1.5x faster with (b) than with (a). And (a) would scatter an account's entries over every shard, so that the chain
--- (seq, balance_after, moved with accounts.balance under the account's row lock) could no longer be held
--- by a trigger on the shard that holds the account: every posting would be a cross-node transaction
--- anyway, and the chain check a cross-shard query.
+-- written: billing ran about 1.5x faster with (b) than with (a). And (a) would scatter an account's entries
+-- over every shard, so that the chain (seq, balance_after, moved with accounts.balance under the account's
+-- row lock) could no longer be held by a trigger on the shard that holds the account: every posting would
+-- be a cross-node transaction anyway, and the chain check a cross-shard query.
+--
+-- The one road (migration 000012) is the same function on both backends: ledger_append. What differs is
+-- what it calls: accounts_lock (Citus locks rows only in single-shard statements: one account at a time,
+-- in id order), ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims),
+-- ledger_batches (the entries are inserted one shard at a time) and stripe_events_lock_parked (one event
+-- at a time). No Citus statement inserts entries of its own.
 --
 -- The chain: ledger_chain (migration 000006) is a statement-level trigger reading its transition table.
 -- Citus runs a distributed table's triggers on its shards, where a transition table cannot be read from
@@ -27,6 +41,7 @@
 -- The append-only refusal names the logical table, not the shard the trigger runs on, and says so in its
 -- detail too (the one field Citus relays from a shard), so that the application recognises it
 -- (db.MapError) as on plain PostgreSQL.
+-- mirrors ledger_refuse_change of 000004_comment_constraints.up.sql sha256 34c78f2ad74aa95a38c720a797fd0cc58f1ac521a442bbf658a15dc74ca7ac41
 CREATE OR REPLACE FUNCTION ledger_refuse_change() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -45,10 +60,11 @@ COMMENT ON FUNCTION ledger_refuse_change() IS
     'Raises restrict_violation naming constraint ledger_append_only on table ledger for any UPDATE, DELETE '
     'or TRUNCATE of the ledger (on Citus, run on each shard).';
 
-DROP TRIGGER ledger_chain ON ledger;
-DROP FUNCTION ledger_chain_advance();
+DROP TRIGGER IF EXISTS ledger_chain ON ledger;
+DROP FUNCTION IF EXISTS ledger_chain_advance();
 
-CREATE FUNCTION ledger_chain_advance_entry() RETURNS trigger
+-- mirrors ledger_chain_advance of 000006_ledger_history.up.sql sha256 70b21839f18c4ce2b8b2cb3cd0eb15f93dd4ccda3ffad8a7073b0fed363a3505
+CREATE OR REPLACE FUNCTION ledger_chain_advance_entry() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 DECLARE
@@ -98,6 +114,7 @@ COMMENT ON TRIGGER ledger_chain ON ledger IS
 -- order), for the demands of ONE account, named as a value in every statement, so that Citus can route
 -- each to the account's shard from inside the shard's trigger (a join on the arrays' accounts cannot be
 -- planned there). Every caller passes one account: ledger_lots per entry, lots_repay per account.
+-- mirrors lots_draw of 000009_credit_lots.up.sql sha256 b2bf0b6159626aeadbd7e674d094536871b85f9eff87633c7019895215de1956
 CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint, p_repay boolean)
     RETURNS void
     LANGUAGE plpgsql AS
@@ -162,10 +179,11 @@ COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, bool
     'for a repaid debt), lots'' remaining, and lot_debts for what no lot covered. Called by ledger_lots and '
     'lots_repay under the account''s row lock.';
 
-DROP TRIGGER ledger_lots ON ledger;
-DROP FUNCTION ledger_lots_apply();
+DROP TRIGGER IF EXISTS ledger_lots ON ledger;
+DROP FUNCTION IF EXISTS ledger_lots_apply();
 
-CREATE FUNCTION ledger_lots_apply_entry() RETURNS trigger
+-- mirrors ledger_lots_apply of 000012_one_road.up.sql sha256 ad2161e24c9aa05f3c425ca0fe75be781314a51214aaf9077eb5bfc1752d4f4c
+CREATE OR REPLACE FUNCTION ledger_lots_apply_entry() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 BEGIN
@@ -198,6 +216,7 @@ COMMENT ON TRIGGER ledger_lots ON ledger IS
 -- have the shard's suffix in their names, so conflicts are named by their columns
 -- (recharge_attempts_episode_key is (account_id, episode), balance_alerts_pkey (account_id, threshold,
 -- episode)).
+-- mirrors accounts_available_watch of 000010_recharge_and_alerts.up.sql sha256 9a85f820482d9914be7efc5d87120cb1c4c3ac60fa38425e0be1f45dcb24fb49
 CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -257,41 +276,47 @@ COMMENT ON FUNCTION accounts_available_watch() IS
     'attempt with its pending order; at or above it after an attempt, starts the next episode. Likewise '
     'records balance.low / balance.recovered once per alert episode.';
 
--- Unique keys that include the distribution column.
-ALTER TABLE ledger DROP CONSTRAINT ledger_pkey, ADD CONSTRAINT ledger_pkey PRIMARY KEY (account_id, id);
+-- Unique keys that include the distribution column: changed once, while the tables are not distributed
+-- yet (the ledger's primary key still has one column), and left as they are on every later run.
+DO $keys$
+BEGIN
+    IF (SELECT array_length(conkey, 1) FROM pg_constraint WHERE conname = 'ledger_pkey' AND conrelid = 'ledger'::regclass) = 2 THEN
+        RETURN;
+    END IF;
+    ALTER TABLE ledger DROP CONSTRAINT ledger_pkey, ADD CONSTRAINT ledger_pkey PRIMARY KEY (account_id, id);
+    DROP INDEX ledger_dedupe_idx;
+    CREATE UNIQUE INDEX ledger_account_dedupe_idx ON ledger (account_id, dedupe_key) WHERE dedupe_key IS NOT NULL;
+    ALTER TABLE decisions DROP CONSTRAINT decisions_pkey, ADD CONSTRAINT decisions_pkey PRIMARY KEY (account_id, id);
+    ALTER TABLE decisions DROP CONSTRAINT decisions_seq_key, ADD CONSTRAINT decisions_seq_key UNIQUE (account_id, seq);
+    ALTER TABLE topups DROP CONSTRAINT topups_pkey, ADD CONSTRAINT topups_pkey PRIMARY KEY (account_id, id);
+    ALTER TABLE topups DROP CONSTRAINT topups_session_id_key,
+        ADD CONSTRAINT topups_session_id_key UNIQUE (account_id, session_id);
+    ALTER TABLE topups DROP CONSTRAINT topups_payment_intent_key,
+        ADD CONSTRAINT topups_payment_intent_key UNIQUE (account_id, payment_intent);
+    ALTER TABLE stripe_events DROP CONSTRAINT stripe_events_seq_key, ADD CONSTRAINT stripe_events_seq_key UNIQUE (event_id, seq);
+END;
+$keys$;
+
 COMMENT ON CONSTRAINT ledger_pkey ON ledger IS
     'One entry per id (on Citus with its account, the distribution column). Ids come from an identity; on '
     'Citus each node draws from its own range, so an account''s entries are ordered by seq, not id.';
-
-DROP INDEX ledger_dedupe_idx;
-CREATE UNIQUE INDEX ledger_account_dedupe_idx ON ledger (account_id, dedupe_key) WHERE dedupe_key IS NOT NULL;
 COMMENT ON INDEX ledger_account_dedupe_idx IS
     'On Citus, ledger_dedupe_idx per account (the distribution column must lead a unique key): at most one '
     'entry per key within an account. Globally, dedupe_claims_pkey holds a key at most once.';
-
-ALTER TABLE decisions DROP CONSTRAINT decisions_pkey, ADD CONSTRAINT decisions_pkey PRIMARY KEY (account_id, id);
 COMMENT ON CONSTRAINT decisions_pkey ON decisions IS
     'On Citus: a decision id is stored once per account. Billing claims decision:{id} globally in '
     'dedupe_claims, so an id reused with another account is never billed twice.';
-ALTER TABLE decisions DROP CONSTRAINT decisions_seq_key, ADD CONSTRAINT decisions_seq_key UNIQUE (account_id, seq);
 COMMENT ON CONSTRAINT decisions_seq_key ON decisions IS
     'One arrival position per decision (seq comes from one identity; the key includes the distribution column).';
-
-ALTER TABLE topups DROP CONSTRAINT topups_pkey, ADD CONSTRAINT topups_pkey PRIMARY KEY (account_id, id);
 COMMENT ON CONSTRAINT topups_pkey ON topups IS
     'One order per id within its account; the id is named in the Checkout Session''s metadata (topup_id).';
-ALTER TABLE topups DROP CONSTRAINT topups_session_id_key, ADD CONSTRAINT topups_session_id_key UNIQUE (account_id, session_id);
 COMMENT ON CONSTRAINT topups_session_id_key ON topups IS 'One order per Checkout Session within its account.';
-ALTER TABLE topups DROP CONSTRAINT topups_payment_intent_key,
-    ADD CONSTRAINT topups_payment_intent_key UNIQUE (account_id, payment_intent);
 COMMENT ON CONSTRAINT topups_payment_intent_key ON topups IS
     'One order per payment within its account: refunds and disputes find their account through it.';
-
-ALTER TABLE stripe_events DROP CONSTRAINT stripe_events_seq_key, ADD CONSTRAINT stripe_events_seq_key UNIQUE (event_id, seq);
 COMMENT ON CONSTRAINT stripe_events_seq_key ON stripe_events IS
     'seq comes from one identity, so it is unique; the key includes the distribution column, event_id.';
 
-CREATE TABLE dedupe_claims (
+CREATE TABLE IF NOT EXISTS dedupe_claims (
     dedupe_key text        NOT NULL,
     account_id text        NOT NULL,
     claimed_at timestamptz NOT NULL DEFAULT now(),
@@ -309,6 +334,118 @@ COMMENT ON CONSTRAINT dedupe_claims_pkey ON dedupe_claims IS
     'Claimed with INSERT ... ON CONFLICT (dedupe_key) DO NOTHING RETURNING: no row means already posted (or '
     'being posted by a transaction this one then waits for).';
 
--- A database that already has entries keeps their keys claimed.
-INSERT INTO dedupe_claims (dedupe_key, account_id)
-SELECT dedupe_key, account_id FROM ledger WHERE dedupe_key IS NOT NULL;
+-- A database that already has entries keeps their keys claimed (once: while the table is still local).
+DO $claims$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'dedupe_claims'::regclass) THEN
+        INSERT INTO dedupe_claims (dedupe_key, account_id)
+        SELECT dedupe_key, account_id FROM ledger WHERE dedupe_key IS NOT NULL
+        ON CONFLICT (dedupe_key) DO NOTHING;
+    END IF;
+END;
+$claims$;
+
+-- The one road's Citus forms (migration 000012): ledger_append calls these under the same names.
+
+-- mirrors accounts_lock of 000012_one_road.up.sql sha256 04b14aba5c70a46e1ffd290f809fd7008e99db6503d5723ed961474b93f1b159
+CREATE OR REPLACE FUNCTION accounts_lock(p_ids text[], p_balance bigint DEFAULT NULL)
+    RETURNS TABLE (id text, last_seq bigint, balance bigint, held bigint)
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    account text;
+BEGIN
+    -- One router statement per account (Citus locks rows only in single-shard statements), in id order.
+    FOR account IN SELECT DISTINCT x FROM unnest(p_ids) AS x WHERE x IS NOT NULL ORDER BY x LOOP
+        RETURN QUERY
+        SELECT a.id, a.last_seq, a.balance, a.held
+        FROM accounts a
+        WHERE a.id = account
+          AND (p_balance IS NULL OR a.balance = p_balance)
+        FOR NO KEY UPDATE;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION accounts_lock(text[], bigint) IS
+    'On Citus: locks the existing accounts among p_ids one at a time, in id order, each by a router statement '
+    'to its shard, and returns them as locked; with p_balance, only an account whose balance is still that.';
+
+-- mirrors ledger_keys_taken of 000012_one_road.up.sql sha256 9bdbc20e13132442c1a3d470c5288444757c253a25a50bfb7773e8d2a2aabf3f
+CREATE OR REPLACE FUNCTION ledger_keys_taken(p_keys text[])
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE AS
+$$
+BEGIN
+    RETURN QUERY SELECT c.dedupe_key FROM dedupe_claims c WHERE c.dedupe_key = ANY(p_keys);
+END;
+$$;
+
+COMMENT ON FUNCTION ledger_keys_taken(text[]) IS
+    'On Citus: the keys among p_keys claimed already (dedupe_claims, whatever account''s shard holds the entry).';
+
+-- mirrors claim_keys of 000012_one_road.up.sql sha256 60c814b581b245b74e1b6cdd703f2c4bd63f66f4e5979e643a857126b962469a
+CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
+    RETURNS SETOF text
+    LANGUAGE plpgsql AS
+$$
+BEGIN
+    RETURN QUERY
+    INSERT INTO dedupe_claims AS c (dedupe_key, account_id)
+    SELECT k.key, k.account_id FROM unnest(p_keys, p_account_ids) AS k (key, account_id)
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING c.dedupe_key;
+END;
+$$;
+
+COMMENT ON FUNCTION claim_keys(text[], text[]) IS
+    'On Citus: claims p_keys for their accounts in dedupe_claims (dedupe_claims_pkey), in the writing '
+    'transaction, and returns the keys claimed; a key claimed already, or by a concurrent transaction this one '
+    'waited for, is not returned and nothing is written under it.';
+
+-- mirrors ledger_batches of 000012_one_road.up.sql sha256 5bc00f2ce9d7ef05b186e8e57ba5a6dc0cbefce16ea681ab56b6d9d8873101cf
+CREATE OR REPLACE FUNCTION ledger_batches(p_account_ids text[])
+    RETURNS SETOF text[]
+    LANGUAGE plpgsql STABLE AS
+$$
+BEGIN
+    -- A statement that inserts into several shards at once sends them its rows with COPY, and the entries'
+    -- triggers cannot run their statements in the middle of it: one batch per shard.
+    RETURN QUERY
+    SELECT array_agg(a ORDER BY a)
+    FROM unnest(p_account_ids) AS a
+    WHERE a IS NOT NULL
+    GROUP BY get_shard_id_for_distribution_column('accounts', a)
+    ORDER BY min(a);
+END;
+$$;
+
+COMMENT ON FUNCTION ledger_batches(text[]) IS
+    'On Citus: the accounts of a posting, one batch per shard of accounts (and so of the ledger, colocated), so '
+    'that each of ledger_append''s inserts runs on one shard.';
+
+-- mirrors stripe_events_lock_parked of 000012_one_road.up.sql sha256 54a8c5131dba9a1e5e35d440bed34f8f14cacca3263b1cfa06ff8e90797d795b
+CREATE OR REPLACE FUNCTION stripe_events_lock_parked(p_payment_intent text)
+    RETURNS TABLE (event_id text, payload jsonb)
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    parked text;
+BEGIN
+    -- Found across shards without locks, then locked one by one on their own shards.
+    FOR parked IN
+        SELECT e.event_id FROM stripe_events e
+        WHERE e.outcome = 'parked' AND e.parked_reason = 'unknown_payment' AND e.payment_intent = p_payment_intent
+        ORDER BY e.seq
+    LOOP
+        RETURN QUERY
+        SELECT e.event_id, e.payload FROM stripe_events e
+        WHERE e.event_id = parked AND e.outcome = 'parked' AND e.parked_reason = 'unknown_payment'
+        FOR UPDATE SKIP LOCKED;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION stripe_events_lock_parked(text) IS
+    'On Citus: the events parked as unknown_payment for a payment, in arrival order, each locked on its own shard '
+    '(SKIP LOCKED: one being replayed right now is passed over).';

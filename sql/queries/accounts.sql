@@ -51,28 +51,14 @@ WHERE a.balance <> coalesce(l.total, 0)
    OR a.last_seq <> coalesce(l.last_seq, 0)
 ORDER BY a.id;
 
--- name: AccountsLockForBilling :many
--- Locks the existing accounts among ids, in id order, before the chunk inserts anything: two
--- reconcilers (or any two billing transactions) take their account locks in the same order, so they
--- queue instead of deadlocking. FOR NO KEY UPDATE is the lock the balance update takes anyway; it
--- leaves other entries' foreign-key checks free. Accounts that do not exist are simply not returned.
-SELECT id
-FROM accounts
-WHERE id = ANY(@ids::text[])
-ORDER BY id
-FOR NO KEY UPDATE;
-
--- name: AccountsLockForGroup :one
--- Locks the account row of a posting group, before any of its entries is inserted, and returns its
--- balance. The group decides which of its no-overdraw members fit against this balance, and nothing
--- else can move it (or its last_seq, which numbers the entries) before the group commits. NO KEY UPDATE
--- is the lock ledger_chain's balance update takes anyway: it leaves other transactions' foreign-key
--- checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
--- not exist.
-SELECT balance
-FROM accounts
-WHERE id = @id
-FOR NO KEY UPDATE;
+-- name: AccountsLock :many
+-- Locks the existing accounts among ids in id order (accounts_lock), before anything of theirs is
+-- written: billing, the expiry passes, a posting group, a hold's authorisation or resolution. Every path
+-- takes its account locks in this one order, so they queue instead of deadlocking. Returns each account
+-- locked with what planning needs (last_seq, balance, held); an account that does not exist is not
+-- returned.
+SELECT l.id::text AS id, l.last_seq::bigint AS last_seq, l.balance::bigint AS balance, l.held::bigint AS held
+FROM accounts_lock(@ids::text[]) AS l (id, last_seq, balance, held);
 
 -- name: AccountsGetAutomation :one
 -- An account's saved card, auto-recharge and alert settings (GET /v1/accounts/{id}, the recharge job).

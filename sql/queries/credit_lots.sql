@@ -21,7 +21,7 @@ WHERE id = @id;
 -- Closes an open lot with nothing left (voided or expired empty: no entry to post). Returns no row when
 -- it was closed already or still holds credit.
 UPDATE credit_lots
-SET closed_at = clock_timestamp()
+SET closed_at = now()
 WHERE account_id = @account_id AND id = @id AND closed_at IS NULL AND remaining = 0
 RETURNING id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at;
 
@@ -34,35 +34,10 @@ WHERE closed_at IS NULL AND expires_at <= now()
 ORDER BY account_id
 LIMIT @max_rows;
 
--- name: CreditLotsExpire :many
--- Posts, in one statement, an expiry entry keyed expire:{lot_id} of -remaining for every open lot of the
--- locked accounts (account_ids, from AccountsLockForBilling) past its expiry, chained per account from
--- its last_seq and balance as LedgerInsertGroup does; ledger_lots then takes each lot's remaining and
--- closes it. Read under the account locks, so remaining is exact: a credit is never both spent and
--- expired. A key already posted (a lot refilled and expired again is keyed expire:{lot}:{entry})
--- leaves a hole that ledger_chain refuses.
-WITH due AS (
-    SELECT l.account_id, l.id, l.remaining,
-           row_number() OVER w AS k,
-           sum(l.remaining) OVER w AS taken
-    FROM credit_lots l
-    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = l.account_id
-    WHERE l.closed_at IS NULL AND l.expires_at <= now() AND l.remaining > 0
-    WINDOW w AS (PARTITION BY l.account_id ORDER BY l.id ROWS UNBOUNDED PRECEDING)
-)
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
-SELECT a.id, 'expiry', -d.remaining, 'lot ' || d.id || ' expired', 'expire:' || d.id,
-       a.last_seq + d.k, (a.balance - d.taken)::bigint
-FROM due d
-JOIN accounts a ON a.id = d.account_id
-ORDER BY a.id, d.k
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at;
-
 -- name: CreditLotsCloseExpiredEmpty :execrows
 -- Closes the locked accounts' open lots past their expiry with nothing left: no entry to post.
 UPDATE credit_lots
-SET closed_at = clock_timestamp()
+SET closed_at = now()
 WHERE account_id = ANY(@account_ids::text[])
   AND closed_at IS NULL AND expires_at <= now() AND remaining = 0;
 

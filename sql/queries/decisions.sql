@@ -1,15 +1,22 @@
 -- name: DecisionsInsert :many
 -- Stores a batch of decisions, the arrays read in lockstep; a decision id already stored is left as it
--- was (decisions_pkey). Returns the ids this call inserted: the others are duplicates or conflicts,
--- which the caller tells apart with DecisionsGet.
+-- was (decisions_pkey; on Citus, where that key is per account, an id is also claimed across accounts,
+-- claim_keys, as decisions:{id}). Returns the ids this call inserted: the others are duplicates or
+-- conflicts, which the caller tells apart with DecisionsGet.
+WITH batch AS (
+    SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id, (@costs::bigint[])[i] AS cost,
+           (@occurred_ats::timestamptz[])[i] AS occurred_at,
+           -- An empty hold id means none.
+           nullif((@hold_ids::text[])[i], '') AS hold_id
+    FROM generate_subscripts(@ids::text[], 1) AS i
+), claimed AS (
+    SELECT c.key FROM claim_keys(ARRAY(SELECT 'decisions:' || id FROM batch), ARRAY(SELECT account_id FROM batch)) AS c (key)
+)
 INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id)
-SELECT unnest(@ids::text[]),
-       unnest(@account_ids::text[]),
-       unnest(@costs::bigint[]),
-       unnest(@occurred_ats::timestamptz[]),
-       -- An empty hold id means none.
-       nullif(unnest(@hold_ids::text[]), '')
-ON CONFLICT (id) DO NOTHING
+SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id
+FROM batch b
+WHERE 'decisions:' || b.id IN (SELECT key FROM claimed)
+ON CONFLICT ON CONSTRAINT decisions_pkey DO NOTHING
 RETURNING id;
 
 -- name: DecisionsGet :many
@@ -49,7 +56,7 @@ WHERE d.seq > @after_seq::bigint
   AND d.seq <= @upto_seq::bigint
   -- One probe of ledger_dedupe_idx per decision. Written as a scalar subquery, not NOT EXISTS, so
   -- that the planner cannot make it a hash anti-join that reads the whole ledger for every chunk.
-  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
+  AND (SELECT l.id FROM ledger l WHERE l.account_id = d.account_id AND l.dedupe_key = 'decision:' || d.id) IS NULL
 GROUP BY d.account_id
 ORDER BY d.account_id;
 
@@ -66,7 +73,7 @@ JOIN accounts a ON a.id = d.account_id
 WHERE d.seq > @after_seq::bigint
   AND d.seq <= @upto_seq::bigint
   -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount.
-  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL
+  AND (SELECT l.id FROM ledger l WHERE l.account_id = d.account_id AND l.dedupe_key = 'decision:' || d.id) IS NULL
 GROUP BY d.account_id, a.balance
 HAVING least(-sum(d.cost::numeric), a.balance - sum(d.cost::numeric)) < -9223372036854775808
 ORDER BY d.account_id;
@@ -87,16 +94,19 @@ LIMIT @max_rows;
 -- name: DecisionsBillingLag :one
 -- Among the latest recent decisions (by seq), those whose account exists but that are not billed yet:
 -- how many, and for how many seconds the oldest has waited, by the database's clock (0 when none):
--- how far billing lags. Bounded to the latest decisions so that it costs one probe of ledger_dedupe_idx per decision
--- looked at; an unbilled count equal to recent says the backlog may reach further back.
-SELECT count(*)::bigint AS unbilled,
-       coalesce(extract(epoch FROM now() - min(d.received_at)), 0)::float8 AS lag_seconds
-FROM (
-    SELECT id, account_id, received_at
+-- how far billing lags. The latest are found first (a subquery with a limit, planned on its own), then
+-- joined back to their rows and probed (one probe of the ledger's dedupe index each, on the decision's
+-- own account: colocated on Citus); an unbilled count equal to recent says the backlog may reach further
+-- back.
+WITH latest AS (
+    SELECT id, account_id
     FROM decisions
     ORDER BY seq DESC
     LIMIT @recent::int
-) d
-WHERE EXISTS (SELECT 1 FROM accounts a WHERE a.id = d.account_id)
-  -- A scalar subquery per decision, as in DecisionsUnbilledByAccount: one index probe each.
-  AND (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL;
+)
+SELECT count(*)::bigint AS unbilled,
+       coalesce(extract(epoch FROM now() - min(d.received_at)), 0)::float8 AS lag_seconds
+FROM decisions d
+JOIN latest ON latest.account_id = d.account_id AND latest.id = d.id
+JOIN accounts a ON a.id = d.account_id
+WHERE (SELECT l.id FROM ledger l WHERE l.account_id = d.account_id AND l.dedupe_key = 'decision:' || d.id) IS NULL;

@@ -15,16 +15,6 @@ VALUES (@account_id, @id, @amount, now() + make_interval(secs => @expires_in_sec
 ON CONFLICT (account_id, id) DO NOTHING
 RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at;
 
--- name: HoldsAccountLock :one
--- Locks the account row before any of its holds is resolved or a group of its authorisations is
--- admitted, and returns what admission needs: nothing else can move balance or held until the
--- transaction ends. NO KEY UPDATE is the lock the held update takes anyway. Returns no row when the
--- account does not exist (it then has no holds).
-SELECT balance, held
-FROM accounts
-WHERE id = @id
-FOR NO KEY UPDATE;
-
 -- name: HoldsGetByIDs :many
 -- The account's stored holds among ids: in a group of authorisations, those members are replays or
 -- conflicts, answered before admission and never inserted again.
@@ -244,3 +234,19 @@ WHERE status = 'held'
   AND expires_at <= now() + make_interval(secs => @within_seconds::double precision)
 ORDER BY expires_at, account_id, id
 LIMIT @max_rows::int;
+
+-- name: HoldsPaidTwice :many
+-- Decisions billed beyond what the capture of their hold through the API left to pay (verify): the capture
+-- came first (its entry, hold:{account_id}:{hold_id}, precedes the decision's in the account's seq), so
+-- the decision owes only its cost beyond the captured amount (LedgerAppendForDecisions). Empty when no
+-- hold is paid twice.
+SELECT d.account_id, d.id AS decision_id, coalesce(d.hold_id, '')::text AS hold_id, d.cost,
+       coalesce(h.captured_amount, 0)::bigint AS captured_amount, (-e.amount)::bigint AS billed
+FROM decisions d
+JOIN holds h ON h.account_id = d.account_id AND h.id = d.hold_id AND h.status = 'captured' AND h.decision_id IS NULL
+JOIN ledger c ON c.account_id = d.account_id AND c.dedupe_key = 'hold:' || d.account_id || ':' || d.hold_id
+JOIN ledger e ON e.account_id = d.account_id AND e.dedupe_key = 'decision:' || d.id
+WHERE c.seq < e.seq
+  AND -e.amount > d.cost - least(d.cost, h.captured_amount)
+ORDER BY d.account_id, d.id
+LIMIT 1000;

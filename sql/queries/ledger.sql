@@ -1,20 +1,86 @@
--- name: LedgerInsert :one
--- Appends an entry after locking its account row (FOR NO KEY UPDATE: other entries' foreign-key checks
--- stay free), numbered last_seq + 1 with balance_after = balance + amount from that locked row; the
--- trigger ledger_chain then moves the account. With a dedupe key, an entry is inserted at most once
--- (ledger_dedupe_idx). Returns no row when the key was already posted ("already done", never an error),
--- when the account does not exist, or, with no_overdraw, when the locked balance plus amount would be
--- below zero; the caller tells these apart. A balance beyond a bigint fails with
--- numeric_value_out_of_range.
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
-SELECT a.id, @kind, @amount::bigint, @description, sqlc.narg(dedupe_key), sqlc.narg(payment_intent),
-       a.last_seq + 1, a.balance + @amount::bigint
-FROM accounts a
-WHERE a.id = @account_id
-  AND (NOT @no_overdraw::boolean OR a.balance + @amount::bigint >= 0)
-FOR NO KEY UPDATE
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, seq, balance_after, created_at;
+-- The one road into the ledger (SPEC §21): every entry is inserted by ledger_append (migration 000012),
+-- which locks the accounts in id order, numbers each account's rows from its last_seq with balance_after
+-- from its locked balance, leaves out rows whose key is taken and the rows of an account whose no-overdraw
+-- row would go below zero, and returns each entry inserted with the position k of its planned row (k
+-- 0: an expiry it posted on its own, for a lot a restore refilled after it closed). The statements
+-- below differ only in where the planned rows come from: Go (LedgerAppend), or the decisions of a billing
+-- chunk and the lots past their expiry, read in the same statement.
+
+-- name: LedgerAppend :many
+-- Inserts rows planned in Go, the arrays read in lockstep, one element per row ('' or 0: none; the lot
+-- terms are read for credits only; no_overdraw refuses the row's account when the row would leave its
+-- balance below zero). With balance, nothing is locked or inserted unless the accounts' balance is still
+-- balance: a group planned on the balance its previous group left finds a balance moved meanwhile here.
+-- A row left out returns nothing: its key was taken (before, or meanwhile by a transaction this one
+-- waited for), its account does not exist or was refused. A balance beyond a bigint fails the statement
+-- with numeric_value_out_of_range; a key taken meanwhile by a row that was not its account's last fails
+-- it in ledger_chain.
+SELECT coalesce(a.k, 0)::bigint AS k, a.id::bigint AS id, a.account_id::text AS account_id, a.kind::text AS kind,
+       a.amount::bigint AS amount, a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key,
+       coalesce(a.payment_intent, '')::text AS payment_intent, a.seq::bigint AS seq, a.balance_after::bigint AS balance_after,
+       a.created_at::timestamptz AS created_at, coalesce(a.lot_id, 0)::bigint AS lot_id,
+       coalesce(a.reverses_entry_id, 0)::bigint AS reverses_entry_id
+FROM ledger_append(@account_ids::text[], @kinds::text[], @amounts::bigint[], @descriptions::text[],
+                   @dedupe_keys::text[], @payment_intents::text[], @no_overdraw::boolean[], @lot_ids::bigint[],
+                   @reverses::text[], @lot_categories::text[], @lot_priorities::smallint[],
+                   @lot_expires_at::text[], @lot_ttls::float8[], sqlc.narg(balance)::bigint)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id);
+
+-- name: LedgerAppendForDecisions :many
+-- Bills the chunk (after_seq, upto_seq] of decisions of the locked accounts (account_ids, from
+-- AccountsLock), in one statement: a usage entry keyed decision:{id} of -cost for each decision not
+-- billed yet, in decision seq order per account. A decision naming a hold captured through the API is
+-- billed only for its cost beyond the captured amount, and not at all within it: the hold's own entry
+-- (hold:{account_id}:{hold_id}) paid for that much (SPEC §21). ledger_append leaves out the keys already
+-- posted, so re-reading a billed chunk posts nothing. A balance beyond a bigint fails the statement with
+-- numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
+SELECT a.id::bigint AS id, a.account_id::text AS account_id, a.amount::bigint AS amount,
+       a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key, a.seq::bigint AS seq,
+       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at
+FROM (
+    SELECT array_agg(d.account_id ORDER BY d.account_id, d.seq) AS account_ids,
+           array_agg('usage'::text ORDER BY d.account_id, d.seq) AS kinds,
+           array_agg(-(d.cost - coalesce(h.captured_amount, 0)) ORDER BY d.account_id, d.seq) AS amounts,
+           array_agg('decision ' || d.id ORDER BY d.account_id, d.seq) AS descriptions,
+           array_agg('decision:' || d.id ORDER BY d.account_id, d.seq) AS dedupe_keys
+    FROM decisions d
+    -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
+    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
+    LEFT JOIN holds h
+        ON h.account_id = d.account_id AND h.id = d.hold_id AND h.status = 'captured' AND h.decision_id IS NULL
+    WHERE d.seq > @after_seq::bigint
+      AND d.seq <= @upto_seq::bigint
+      AND d.cost > coalesce(h.captured_amount, 0)
+    HAVING count(*) > 0
+) plan
+CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+ORDER BY 1;
+
+-- name: LedgerAppendExpiries :many
+-- Posts, in one statement, an expiry entry keyed expire:{lot_id} of -remaining for every open lot of the
+-- locked accounts (account_ids, from AccountsLock) past its expiry on the database clock, in lot id
+-- order per account; ledger_lots takes each lot's remaining and closes it. Read under the account locks,
+-- so remaining is exact: a credit is never both spent and expired. Returns the entries inserted.
+SELECT a.id::bigint AS id, a.account_id::text AS account_id, a.amount::bigint AS amount,
+       a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key, a.seq::bigint AS seq,
+       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at
+FROM (
+    SELECT array_agg(l.account_id ORDER BY l.account_id, l.id) AS account_ids,
+           array_agg('expiry'::text ORDER BY l.account_id, l.id) AS kinds,
+           array_agg(-l.remaining ORDER BY l.account_id, l.id) AS amounts,
+           array_agg('lot ' || l.id || ' expired' ORDER BY l.account_id, l.id) AS descriptions,
+           array_agg('expire:' || l.id ORDER BY l.account_id, l.id) AS dedupe_keys,
+           array_agg(l.id ORDER BY l.account_id, l.id) AS lot_ids
+    FROM credit_lots l
+    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = l.account_id
+    WHERE l.closed_at IS NULL AND l.expires_at <= now() AND l.remaining > 0
+    HAVING count(*) > 0
+) plan
+CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys,
+                                 p_lot_ids => plan.lot_ids)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+ORDER BY 1;
 
 -- name: LedgerGetByDedupeKey :one
 -- The entry posted under a dedupe key, to tell an exact replay from a key reused with other
@@ -22,6 +88,13 @@ RETURNING id, seq, balance_after, created_at;
 SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
 FROM ledger
 WHERE dedupe_key = @dedupe_key::text;
+
+-- name: LedgerListByDedupeKeys :many
+-- The entries already posted under any of a group's dedupe keys: those members are replays or
+-- conflicts and are not inserted again. Keys never posted return nothing.
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+FROM ledger
+WHERE dedupe_key = ANY(@dedupe_keys::text[]);
 
 -- name: LedgerListByAccount :many
 -- An account's entries, newest first. Keyset pagination on id (pass the last id seen as before_id):
@@ -56,150 +129,6 @@ GROUP BY payment_intent
 HAVING -coalesce(sum(amount) FILTER (WHERE kind IN ('refund', 'refund_restore', 'dispute', 'dispute_won')), 0)
        > coalesce(sum(amount) FILTER (WHERE kind = 'topup'), 0)
 ORDER BY payment_intent;
-
--- name: LedgerListByDedupeKeys :many
--- The entries already posted under any of a group's dedupe keys: those members are replays or
--- conflicts and are not inserted again. Keys never posted return nothing.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
-FROM ledger
-WHERE dedupe_key = ANY(@dedupe_keys::text[]);
-
--- name: LedgerInsertGroup :many
--- Appends a posting group's admitted entries to one account in one statement; the arrays are read in
--- lockstep, one element per entry (an empty dedupe key or payment intent means none). The group was
--- planned on start_balance (its admissions depend on it), so the statement locks the account row
--- itself (FOR NO KEY UPDATE; a row AccountsLockForGroup locked already stays locked) and inserts
--- nothing, returning no row, unless the balance is still start_balance: after waiting for another
--- transaction's lock, the balance is checked again on the row as that transaction left it, and a row
--- with another balance is neither used nor locked. A group planned on the balance its previous group
--- left runs here without a lock statement of its own, and a balance moved meanwhile (another process,
--- another path) is found here, not posted over; the caller then locks the row and plans again. Entries are
--- numbered last_seq + 1, + 2, ... in array order, each with balance_after = balance + the running sum,
--- and ledger_chain moves the account. The no-overdraw rule is held here, not only by the group's plan:
--- nothing is inserted (no row returned) if the running balance after an entry flagged no_overdraw
--- would be below zero. ledger_dedupe_idx still holds: a key posted meanwhile inserts nothing and
--- returns no row for it; a skipped entry before the last leaves a hole, which ledger_chain refuses
--- (check_violation), so a group never leaves a wrong chain. ledger_kind_sign_check fails the whole
--- statement; a balance beyond a bigint fails with numeric_value_out_of_range.
-WITH locked AS MATERIALIZED (
-    SELECT a.id, a.last_seq, a.balance
-    FROM accounts a
-    WHERE a.id = @account_id AND a.balance = @start_balance::bigint
-    FOR NO KEY UPDATE
-), steps AS (
-    SELECT a.id AS account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.no_overdraw,
-           e.k, a.last_seq + e.k AS seq,
-           a.balance + sum(e.amount::numeric) OVER (ORDER BY e.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-               AS balance_after
-    FROM locked a
-    CROSS JOIN (
-        SELECT i AS k, (@kinds::text[])[i] AS kind, (@amounts::bigint[])[i] AS amount,
-               (@descriptions::text[])[i] AS description, (@dedupe_keys::text[])[i] AS dedupe_key,
-               (@payment_intents::text[])[i] AS payment_intent, (@no_overdraw::boolean[])[i] AS no_overdraw
-        FROM generate_subscripts(@amounts::bigint[], 1) AS i
-    ) e
-)
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
-SELECT account_id, kind, amount, description, nullif(dedupe_key, ''), nullif(payment_intent, ''), seq,
-       balance_after::bigint
-FROM steps
-WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.no_overdraw AND s.balance_after < 0)
-ORDER BY k
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, dedupe_key, seq, balance_after, created_at;
-
--- name: LedgerInsertCredits :many
--- Appends credits to any number of accounts in one statement (the webhook's group commit of first
--- deliveries); the arrays are read in lockstep, one element per credit, each with a dedupe key. The
--- accounts are locked first, in id order (FOR NO KEY UPDATE, as LedgerInsert and billing take them), so
--- that two such statements, or this and billing, queue instead of deadlocking. Each account's credits
--- are numbered from its last_seq + 1 in array order, each with balance_after = balance + the running
--- sum, and ledger_chain moves each account once. ledger_dedupe_idx holds: a key posted before is
--- left out of the chain and returns no row; one posted meanwhile by a transaction that had not
--- committed when this one read also inserts nothing, and if it was not its account's last credit, the
--- hole it leaves fails the statement in ledger_chain. Credits of an account that does not exist are
--- not inserted. A balance beyond a bigint fails the statement with numeric_value_out_of_range.
--- Returns the entries inserted, each with its own seq and balance_after.
-WITH credit AS MATERIALIZED (
-    SELECT i AS k, (@account_ids::text[])[i] AS account_id, (@kinds::text[])[i] AS kind,
-           (@amounts::bigint[])[i] AS amount, (@descriptions::text[])[i] AS description,
-           (@dedupe_keys::text[])[i] AS dedupe_key, (@payment_intents::text[])[i] AS payment_intent,
-           -- One probe of ledger_dedupe_idx per credit. A column, not a filter: the planner cannot
-           -- estimate the filter, and an anti join would read the whole ledger.
-           (SELECT l.id FROM ledger l WHERE l.dedupe_key = (@dedupe_keys::text[])[i]) IS NULL AS unposted
-    FROM generate_subscripts(@account_ids::text[], 1) AS i
-), locked AS MATERIALIZED (
-    -- = ANY on the primary key: an index scan, whatever the planner guesses of the arrays' length.
-    SELECT a.id, a.last_seq, a.balance
-    FROM accounts a
-    WHERE a.id = ANY(@account_ids::text[])
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-), chained AS (
-    SELECT c.account_id, c.kind, c.amount, c.description, c.dedupe_key, c.payment_intent,
-           l.last_seq + row_number() OVER w AS seq,
-           (l.balance + sum(c.amount::numeric) OVER w)::bigint AS balance_after
-    FROM credit c
-    JOIN locked l ON l.id = c.account_id
-    WHERE c.unposted
-    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-)
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
-SELECT account_id, kind, amount, description, dedupe_key, nullif(payment_intent, ''), seq, balance_after
-FROM chained
-ORDER BY account_id, seq
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, account_id, dedupe_key::text AS dedupe_key, seq, balance_after, created_at;
-
--- Usage billing: the reconciler bills decisions as usage entries keyed decision:{id}, a chunk of
--- thousands of decisions (by seq) per transaction. ledger_dedupe_idx, not a flag on decisions, makes
--- billing a decision at most once: re-reading any window of decisions posts nothing.
---
--- Per chunk, in one transaction: DecisionsChunkEnd finds the chunk, DecisionsUnbilledByAccount names
--- the accounts with decisions still to bill, AccountsLockForBilling locks them in id order,
--- LedgerUsageInsertForDecisions inserts the entries (and ledger_chain moves those balances).
-
--- name: LedgerUsageInsertForDecisions :many
--- Bills the chunk (after_seq, upto_seq] in one statement: inserts a usage entry of -cost keyed
--- decision:{id} for each decision not billed yet of a locked account (account_ids, from
--- AccountsLockForBilling), in decision seq order per account: numbered from the account's last_seq + 1,
--- each with balance_after = balance - the running sum of costs. ledger_chain then moves each account
--- once. Only decisions without an entry are chained, read under the account locks (billing is the only
--- path that posts decision:{id} keys, and it takes those locks first); should one be posted meanwhile
--- all the same, ON CONFLICT skips it, the chain has a hole and ledger_chain fails the statement
--- (check_violation) instead of leaving a wrong chain. Only locked accounts are billed, so the balance
--- update never takes a lock out of order. A balance beyond a bigint fails the statement with
--- numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
-WITH chunk AS MATERIALIZED (
-    SELECT d.account_id, d.id, d.cost, d.seq,
-           -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount. A column, not a
-           -- filter: the planner cannot estimate the filter, and a guess of one row makes nested loops.
-           (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL AS unbilled
-    FROM decisions d
-    -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
-    JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
-    WHERE d.seq > @after_seq::bigint
-      AND d.seq <= @upto_seq::bigint
-), chained AS (
-    -- The chain counts and sums only the unbilled decisions, which alone are inserted.
-    SELECT c.account_id, c.id, c.cost, c.seq, c.unbilled,
-           a.last_seq + count(*) FILTER (WHERE c.unbilled) OVER w AS entry_seq,
-           (a.balance - coalesce(sum(c.cost::numeric) FILTER (WHERE c.unbilled) OVER w, 0))::bigint AS balance_after
-    FROM chunk c
-    JOIN accounts a ON a.id = c.account_id
-    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-), inserted AS (
-    INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
-    SELECT account_id, 'usage', -cost, 'decision ' || id, 'decision:' || id, entry_seq, balance_after
-    FROM chained
-    WHERE unbilled
-    ORDER BY seq
-    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-    RETURNING id, account_id, amount, description, dedupe_key, seq, balance_after, created_at
-)
-SELECT id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at
-FROM inserted
-ORDER BY id;
 
 -- name: LedgerBalanceAt :one
 -- The balance_after of the account's last entry created at or before at (ledger_account_created_idx);

@@ -1,38 +1,33 @@
--- name: RechargeAttemptsJobOutbox :many
--- Attempts whose PaymentIntent job is still to enqueue, oldest first, locked so that two sweepers take
--- different ones (SKIP LOCKED) and mark them in the transaction that enqueues their jobs.
-SELECT account_id, id
-FROM recharge_attempts
-WHERE job_enqueued_at IS NULL
-ORDER BY id
-LIMIT @max_rows
-FOR UPDATE SKIP LOCKED;
-
--- name: RechargeAttemptsMarkJobEnqueued :exec
--- Attempt ids come from one sequence, so the ids alone name the rows; the accounts keep the lookup on
--- the key (account_id, id).
-UPDATE recharge_attempts
+-- name: RechargeAttemptsTakeJobs :many
+-- Takes the attempts whose PaymentIntent job is still to enqueue, oldest first (at most max_rows): marks
+-- them enqueued and returns them, in one statement, and the caller enqueues their jobs in the same
+-- transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
+-- second's UPDATE waits for the first's and then finds it marked. No row is locked before the update
+-- (a cluster locks rows only in single-shard statements).
+UPDATE recharge_attempts r
 SET job_enqueued_at = now()
-WHERE account_id = ANY(@account_ids::text[])
-  AND id = ANY(@ids::bigint[]);
+FROM (
+    SELECT account_id, id FROM recharge_attempts WHERE job_enqueued_at IS NULL ORDER BY id LIMIT @max_rows
+) due
+WHERE r.account_id = due.account_id
+  AND r.id = due.id
+  AND r.job_enqueued_at IS NULL
+RETURNING r.account_id, r.id;
 
--- name: RechargeAttemptsNoticeOutbox :many
--- Resolved attempts whose notification is still to enqueue, locked like the job outbox.
-SELECT account_id, id, status, amount, payment_intent, failure_code, disabled_recharge, resolved_at
-FROM recharge_attempts
-WHERE status <> 'requested'
-  AND notice_enqueued_at IS NULL
-ORDER BY id
-LIMIT @max_rows
-FOR UPDATE SKIP LOCKED;
-
--- name: RechargeAttemptsMarkNoticeEnqueued :exec
--- Attempt ids come from one sequence, so the ids alone name the rows; the accounts keep the lookup on
--- the key (account_id, id).
-UPDATE recharge_attempts
+-- name: RechargeAttemptsTakeNotices :many
+-- Takes the resolved attempts whose notification is still to enqueue, like RechargeAttemptsTakeJobs.
+UPDATE recharge_attempts r
 SET notice_enqueued_at = now()
-WHERE account_id = ANY(@account_ids::text[])
-  AND id = ANY(@ids::bigint[]);
+FROM (
+    SELECT account_id, id FROM recharge_attempts
+    WHERE status <> 'requested' AND notice_enqueued_at IS NULL
+    ORDER BY id
+    LIMIT @max_rows
+) due
+WHERE r.account_id = due.account_id
+  AND r.id = due.id
+  AND r.notice_enqueued_at IS NULL
+RETURNING r.account_id, r.id, r.status, r.amount, r.payment_intent, r.failure_code, r.disabled_recharge, r.resolved_at;
 
 -- name: RechargeAttemptsGetForCharge :one
 -- What the job needs to charge an attempt: its order and amount, and the account's currency and saved

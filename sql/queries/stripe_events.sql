@@ -37,15 +37,20 @@ FROM stripe_events
 WHERE event_id = @event_id;
 
 -- name: StripeEventsParkedForPayment :many
--- Events parked because their payment was unknown, to re-apply once that payment is recorded. Locks
--- them (SKIP LOCKED) so that two transactions never re-apply the same one at once.
-SELECT event_id, payload
+-- Events parked because their payment was unknown, to re-apply once that payment is recorded, locked
+-- (stripe_events_lock_parked, SKIP LOCKED) so that two transactions never re-apply the same one at once.
+SELECT p.event_id::text AS event_id, p.payload::jsonb AS payload
+FROM stripe_events_lock_parked(@payment_intent::text) AS p (event_id, payload);
+
+-- name: StripeEventsParkedWaiting :many
+-- Which of the payments have events parked waiting for them (unknown_payment): a Checkout Session's happy
+-- path, run after StripeEventsLockPayments and TopupsPay, leaves such a payment to the general path,
+-- which re-applies them. This statement's snapshot sees a refund parked while that lock was awaited.
+SELECT DISTINCT payment_intent::text AS payment_intent
 FROM stripe_events
 WHERE outcome = 'parked'
   AND parked_reason = 'unknown_payment'
-  AND payment_intent = @payment_intent::text
-ORDER BY seq
-FOR UPDATE SKIP LOCKED;
+  AND payment_intent = ANY(@payment_intents::text[]);
 
 -- name: StripeEventsParkedRefundedForPayment :many
 -- The charge.refunded events parked waiting for a payment, read without locking them: a top-up fetches
@@ -143,7 +148,7 @@ LIMIT @max_rows;
 -- event was recorded already (a redelivery, answered with no transaction at all), the session's order,
 -- the account it credits (the order's, else the session's metadata account_id) and whether events are
 -- parked waiting for the payment. It decides only which path the event takes: the happy path's own
--- statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession, LedgerInsert) hold the
+-- statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPay, StripeEventsParkedWaiting, LedgerAppend) hold the
 -- money's guarantees again (an event once, an order paid once and only for its amount and currency,
 -- the credit once, nothing left parked), whatever changed since this read.
 SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text) AS recorded,
@@ -159,3 +164,15 @@ SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text)
 FROM (SELECT) AS one
 LEFT JOIN topups t ON t.session_id = @session_id::text
 LEFT JOIN accounts a ON a.id = coalesce(t.account_id, @metadata_account_id::text);
+
+-- name: StripeEventsParkedForObjects :many
+-- The parked events of the given payments whose object (data.object.id) is one of object_ids, newest
+-- first: the events whose replay would post what the drift pass found missing (a session's or
+-- PaymentIntent's completion, a refund's, a charge's refunds, a dispute's).
+-- stripe_events_parked_payment_idx finds the payments' parked events; the object is checked on those.
+SELECT event_id, payment_intent::text AS payment_intent, (payload #>> '{data,object,id}')::text AS object_id
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND payment_intent = ANY(@payment_intents::text[])
+  AND payload #>> '{data,object,id}' = ANY(@object_ids::text[])
+ORDER BY seq DESC;

@@ -29,25 +29,6 @@ WHERE id = @id
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
           idempotency_key, request_fingerprint;
 
--- name: TopupsInsertForSession :exec
--- Records the order of a Checkout Session the webhook learns about first (a session not created
--- through the API). Does nothing when the session already has an order (topups_session_id_key).
-INSERT INTO topups (id, account_id, session_id, amount, currency)
-VALUES (@id, @account_id, @session_id, @amount, @currency)
-ON CONFLICT (session_id) DO NOTHING;
-
--- name: TopupsMarkPaid :one
--- The pending -> paid transition, at most once per order: only the transaction whose UPDATE finds the
--- order still pending gets a row back, and only that transaction posts the credit. Returns no row when
--- the session has no order or it was already paid. Fails with topups_payment_intent_key when the
--- payment already paid another order.
-UPDATE topups
-SET status = 'paid', payment_intent = sqlc.narg(payment_intent), paid_event_id = @paid_event_id, paid_at = now()
-WHERE session_id = @session_id
-  AND status = 'pending'
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-          idempotency_key, request_fingerprint;
-
 -- name: TopupsExpire :execrows
 -- The pending -> expired transition of a session's order (checkout.session.expired), conditional like
 -- the payment: 0 rows when the session has no order or it was already paid or expired.
@@ -78,115 +59,82 @@ SELECT id, account_id, session_id, payment_intent, amount, currency, status, che
 FROM topups
 WHERE payment_intent = @payment_intent::text;
 
--- name: TopupsMarkPaidByID :one
--- The pending -> paid transition of an order paid without a Checkout Session (a recharge attempt's,
--- by payment_intent.succeeded), the same guard as TopupsMarkPaid: only the transaction whose UPDATE
--- finds it pending gets a row and posts the credit.
-UPDATE topups
-SET status = 'paid', payment_intent = @payment_intent, paid_event_id = @paid_event_id, paid_at = now()
-WHERE id = @id
-  AND status = 'pending'
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-          idempotency_key, request_fingerprint;
-
--- name: TopupsPaySession :one
--- A Checkout Session's order made paid in one statement, by the webhook's first delivery of its
--- completion (the happy path, which read the order before its transaction): the session's pending
--- order of this amount and currency moves to paid, or, when the session has no order yet, its order is
--- recorded already paid, on an account of the session's currency (money is never converted). Either
--- way at most once per session: the UPDATE finds the order only while
--- it is pending, and the INSERT, under topups_session_id_key, waits for a concurrent insert of the same
--- session and then inserts nothing. Returns the order only when this statement made it paid; no row
--- when it was paid or expired before, holds another amount or currency, or was recorded by another
--- transaction meanwhile (the caller then rolls back and takes the general path). parked_waiting says
--- whether events are parked waiting for the payment: run after StripeEventsLockPayment, this
--- statement's snapshot sees a refund parked while the lock was awaited, and the caller rolls back
--- for the general path, which re-applies them. Fails with topups_payment_intent_key when the payment
--- already paid another order. Returns no row either when the account does not exist or is of another
--- currency.
-WITH paid_pending AS (
+-- name: TopupsPay :many
+-- The one statement that pays orders (every path: the webhook's general path and its happy path, a
+-- group of Checkout Sessions, a recharge), at most once per order; the arrays are read in lockstep, one
+-- element per order, each order, session and payment at most once ('' for none). An order is named by its
+-- Checkout Session, or, with no session, by its id (a recharge attempt's order), under its account. Its
+-- pending -> paid transition is conditional: only the transaction whose UPDATE finds it pending, of this
+-- amount and currency, gets it back, and only that transaction posts the credit. A session without an
+-- order yet (one not created through the API) has its order recorded already paid, on its account when
+-- that account has the session's currency (money is never converted); under topups_session_id_key, a
+-- session with an order already, or recorded meanwhile by a concurrent transaction (waited for), records
+-- nothing. Returns one row per order this statement made paid. An order without a row was paid or
+-- expired before, holds another amount or currency, or its account does not exist or has another
+-- currency. Fails as a whole with topups_payment_intent_key when a payment already paid another order.
+WITH pay AS (
+    SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id,
+           nullif((@session_ids::text[])[i], '') AS session_id, nullif((@payment_intents::text[])[i], '') AS payment_intent,
+           (@paid_event_ids::text[])[i] AS paid_event_id, (@amounts::bigint[])[i] AS amount,
+           (@currencies::text[])[i] AS currency
+    FROM generate_subscripts(@ids::text[], 1) AS i
+), paid_by_session AS (
     UPDATE topups t
-    SET status = 'paid', payment_intent = @payment_intent::text, paid_event_id = @paid_event_id::text, paid_at = now()
-    WHERE t.session_id = @session_id::text
+    SET status = 'paid', payment_intent = s.payment_intent, paid_event_id = s.paid_event_id, paid_at = now()
+    FROM pay s
+    WHERE t.session_id = s.session_id
+      -- = ANY on topups_session_id_key: an index scan, whatever the planner guesses of the arrays.
+      AND t.session_id = ANY(@session_ids::text[])
+      AND t.account_id = s.account_id
       AND t.status = 'pending'
-      AND t.amount = @amount::bigint
-      AND lower(t.currency) = lower(@currency::text)
+      AND t.amount = s.amount
+      AND lower(t.currency) = lower(s.currency)
+    RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
+              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
+), paid_by_id AS (
+    UPDATE topups t
+    SET status = 'paid', payment_intent = s.payment_intent, paid_event_id = s.paid_event_id, paid_at = now()
+    FROM pay s
+    WHERE s.session_id IS NULL
+      AND t.id = s.id
+      AND t.id = ANY(@ids::text[])
+      AND t.account_id = s.account_id
+      AND t.status = 'pending'
+      AND t.amount = s.amount
+      AND lower(t.currency) = lower(s.currency)
     RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
               t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
 ), recorded_paid AS (
     INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT @id::text, a.id, @session_id::text, @amount::bigint, a.currency, 'paid',
-           @payment_intent::text, @paid_event_id::text, now()
-    FROM accounts a
-    WHERE a.id = @account_id::text
-      AND lower(a.currency) = lower(@currency::text)
-      AND NOT EXISTS (SELECT 1 FROM topups WHERE session_id = @session_id::text)
-    ON CONFLICT (session_id) DO NOTHING
+    SELECT s.id, a.id, s.session_id, s.amount, a.currency, 'paid', s.payment_intent, s.paid_event_id, now()
+    FROM pay s
+    JOIN accounts a ON a.id = s.account_id AND lower(a.currency) = lower(s.currency)
+    WHERE s.session_id IS NOT NULL
+      AND a.id = ANY(@account_ids::text[])
+    -- The session's key alone: a payment that paid another order still fails the statement.
+    ON CONFLICT ON CONSTRAINT topups_session_id_key DO NOTHING
     RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
               created_at, paid_at, idempotency_key, request_fingerprint
-), paid AS (
-    SELECT * FROM paid_pending
-    UNION ALL
-    SELECT * FROM recorded_paid
 )
-SELECT paid.id, paid.account_id, paid.session_id, paid.payment_intent, paid.amount, paid.currency, paid.status,
-       paid.checkout_url, paid.paid_event_id, paid.created_at, paid.paid_at, paid.idempotency_key,
-       paid.request_fingerprint,
-       EXISTS (
-           SELECT 1 FROM stripe_events e
-           WHERE e.outcome = 'parked'
-             AND e.parked_reason = 'unknown_payment'
-             AND e.payment_intent = @payment_intent::text
-       ) AS parked_waiting
-FROM paid;
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
+       paid_at, idempotency_key, request_fingerprint
+FROM paid_by_session
+UNION ALL
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
+       paid_at, idempotency_key, request_fingerprint
+FROM paid_by_id
+UNION ALL
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
+       paid_at, idempotency_key, request_fingerprint
+FROM recorded_paid;
 
--- name: TopupsPaySessions :many
--- TopupsPaySession for a group of Checkout Sessions in one statement (the webhook's group commit of
--- first deliveries, after StripeEventsLockPayments); the arrays are read in lockstep, one element per
--- session, each session and payment at most once in a group. Each session's pending order of its
--- amount and currency moves to paid, or, when the session has no order yet, its order is recorded
--- already paid on an account of the session's currency; at most once per session, as the single
--- statement holds it (the UPDATE finds an order only while pending, the INSERT waits for a concurrent
--- insert of the same session under topups_session_id_key and then inserts nothing). Returns one row per
--- session this statement made paid, with its account and whether events are parked waiting for its
--- payment; a session without a row was paid, expired, of another amount or currency, or of an account
--- that does not exist or has another currency. Fails as a whole with topups_payment_intent_key when a
--- payment already paid another order.
-WITH session AS (
-    SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id, (@session_ids::text[])[i] AS session_id,
-           (@payment_intents::text[])[i] AS payment_intent, (@paid_event_ids::text[])[i] AS paid_event_id,
-           (@amounts::bigint[])[i] AS amount, (@currencies::text[])[i] AS currency
-    FROM generate_subscripts(@ids::text[], 1) AS i
-), paid_pending AS (
-    UPDATE topups t
-    SET status = 'paid', payment_intent = s.payment_intent, paid_event_id = s.paid_event_id, paid_at = now()
-    FROM session s
-    WHERE t.session_id = s.session_id
-      -- = ANY on topups_session_id_key: an index scan, whatever the planner guesses of the arrays.
-      AND t.session_id = ANY(@session_ids::text[])
-      AND t.status = 'pending'
-      AND t.amount = s.amount
-      AND lower(t.currency) = lower(s.currency)
-    RETURNING t.session_id, t.account_id, t.payment_intent
-), recorded_paid AS (
-    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT s.id, a.id, s.session_id, s.amount, a.currency, 'paid', s.payment_intent, s.paid_event_id, now()
-    FROM session s
-    JOIN accounts a ON a.id = s.account_id AND lower(a.currency) = lower(s.currency)
-    WHERE a.id = ANY(@account_ids::text[])
-      AND NOT EXISTS (SELECT 1 FROM topups t WHERE t.session_id = s.session_id)
-    ON CONFLICT (session_id) DO NOTHING
-    RETURNING session_id, account_id, payment_intent
-), paid AS (
-    SELECT * FROM paid_pending
-    UNION ALL
-    SELECT * FROM recorded_paid
-)
-SELECT paid.session_id::text AS session_id, paid.account_id::text AS account_id,
-       EXISTS (
-           SELECT 1 FROM stripe_events e
-           WHERE e.outcome = 'parked'
-             AND e.parked_reason = 'unknown_payment'
-             AND e.payment_intent = paid.payment_intent
-       ) AS parked_waiting
-FROM paid;
+-- name: TopupsListForPayments :many
+-- The orders of any of the given payments, Checkout Sessions or order ids (topups_payment_intent_key,
+-- topups_session_id_key, topups_pkey): what makes a listed Stripe object this deployment's, for the
+-- drift pass, and the account it is on. Ids that name no order return nothing.
+SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
+       idempotency_key, request_fingerprint
+FROM topups
+WHERE payment_intent = ANY(@payment_intents::text[])
+   OR session_id = ANY(@session_ids::text[])
+   OR id = ANY(@ids::text[]);

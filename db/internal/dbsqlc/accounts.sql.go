@@ -219,56 +219,46 @@ func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) 
 	return i, err
 }
 
-const accountsLockForBilling = `-- name: AccountsLockForBilling :many
-SELECT id
-FROM accounts
-WHERE id = ANY($1::text[])
-ORDER BY id
-FOR NO KEY UPDATE
+const accountsLock = `-- name: AccountsLock :many
+SELECT l.id::text AS id, l.last_seq::bigint AS last_seq, l.balance::bigint AS balance, l.held::bigint AS held
+FROM accounts_lock($1::text[]) AS l (id, last_seq, balance, held)
 `
 
-// Locks the existing accounts among ids, in id order, before the chunk inserts anything: two
-// reconcilers (or any two billing transactions) take their account locks in the same order, so they
-// queue instead of deadlocking. FOR NO KEY UPDATE is the lock the balance update takes anyway; it
-// leaves other entries' foreign-key checks free. Accounts that do not exist are simply not returned.
-func (q *Queries) AccountsLockForBilling(ctx context.Context, ids []string) ([]string, error) {
-	rows, err := q.db.Query(ctx, accountsLockForBilling, ids)
+type AccountsLockRow struct {
+	ID      string
+	LastSeq int64
+	Balance int64
+	Held    int64
+}
+
+// Locks the existing accounts among ids in id order (accounts_lock), before anything of theirs is
+// written: billing, the expiry passes, a posting group, a hold's authorisation or resolution. Every path
+// takes its account locks in this one order, so they queue instead of deadlocking. Returns each account
+// locked with what planning needs (last_seq, balance, held); an account that does not exist is not
+// returned.
+func (q *Queries) AccountsLock(ctx context.Context, ids []string) ([]AccountsLockRow, error) {
+	rows, err := q.db.Query(ctx, accountsLock, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []string{}
+	items := []AccountsLockRow{}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var i AccountsLockRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.LastSeq,
+			&i.Balance,
+			&i.Held,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	return items, nil
-}
-
-const accountsLockForGroup = `-- name: AccountsLockForGroup :one
-SELECT balance
-FROM accounts
-WHERE id = $1
-FOR NO KEY UPDATE
-`
-
-// Locks the account row of a posting group, before any of its entries is inserted, and returns its
-// balance. The group decides which of its no-overdraw members fit against this balance, and nothing
-// else can move it (or its last_seq, which numbers the entries) before the group commits. NO KEY UPDATE
-// is the lock ledger_chain's balance update takes anyway: it leaves other transactions' foreign-key
-// checks on the account (their entries' inserts) free to proceed. Returns no row when the account does
-// not exist.
-func (q *Queries) AccountsLockForGroup(ctx context.Context, id string) (int64, error) {
-	row := q.db.QueryRow(ctx, accountsLockForGroup, id)
-	var balance int64
-	err := row.Scan(&balance)
-	return balance, err
 }
 
 const accountsRechargeFailed = `-- name: AccountsRechargeFailed :one

@@ -56,40 +56,31 @@ func (q *Queries) BalanceAlertsList(ctx context.Context, accountID string) ([]Ba
 	return items, nil
 }
 
-const balanceAlertsMarkEnqueued = `-- name: BalanceAlertsMarkEnqueued :exec
+const balanceAlertsTake = `-- name: BalanceAlertsTake :many
 UPDATE balance_alerts b
-SET low_enqueued_at = coalesce(b.low_enqueued_at, now()),
-    recovered_enqueued_at = CASE WHEN b.recovered_at IS NOT NULL THEN coalesce(b.recovered_enqueued_at, now()) END
-WHERE (b.account_id, b.threshold, b.episode) IN (
-    SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::bigint[])
-)
+SET low_enqueued_at = coalesce(b.low_enqueued_at, due.at),
+    recovered_enqueued_at = CASE WHEN b.recovered_at IS NOT NULL THEN coalesce(b.recovered_enqueued_at, due.at) END
+FROM (
+    SELECT account_id, threshold, episode, now() AS at,
+           (low_enqueued_at IS NULL) AS low_pending,
+           (recovered_at IS NOT NULL AND recovered_enqueued_at IS NULL) AS recovered_pending
+    FROM balance_alerts
+    WHERE low_enqueued_at IS NULL
+       OR (recovered_at IS NOT NULL AND recovered_enqueued_at IS NULL)
+    ORDER BY low_at
+    LIMIT $1
+) due
+WHERE b.account_id = due.account_id
+  AND b.threshold = due.threshold
+  AND b.episode = due.episode
+  -- After waiting for another sweeper, only what is still pending as this one read it.
+  AND (NOT due.low_pending OR b.low_enqueued_at IS NULL)
+  AND (NOT due.recovered_pending OR b.recovered_enqueued_at IS NULL)
+RETURNING b.account_id, b.threshold, b.episode, b.low_available, b.low_at, b.recovered_available, b.recovered_at,
+          due.low_pending::boolean AS low_pending, due.recovered_pending::boolean AS recovered_pending
 `
 
-type BalanceAlertsMarkEnqueuedParams struct {
-	AccountIDs []string
-	Thresholds []int64
-	Episodes   []int64
-}
-
-// Marks what was enqueued: the low alert always, the recovery when it had happened.
-func (q *Queries) BalanceAlertsMarkEnqueued(ctx context.Context, arg BalanceAlertsMarkEnqueuedParams) error {
-	_, err := q.db.Exec(ctx, balanceAlertsMarkEnqueued, arg.AccountIDs, arg.Thresholds, arg.Episodes)
-	return err
-}
-
-const balanceAlertsOutbox = `-- name: BalanceAlertsOutbox :many
-SELECT account_id, threshold, episode, low_available, low_at, recovered_available, recovered_at,
-       (low_enqueued_at IS NULL)::boolean AS low_pending,
-       (recovered_at IS NOT NULL AND recovered_enqueued_at IS NULL)::boolean AS recovered_pending
-FROM balance_alerts
-WHERE low_enqueued_at IS NULL
-   OR (recovered_at IS NOT NULL AND recovered_enqueued_at IS NULL)
-ORDER BY low_at
-LIMIT $1
-FOR UPDATE SKIP LOCKED
-`
-
-type BalanceAlertsOutboxRow struct {
+type BalanceAlertsTakeRow struct {
 	AccountID          string
 	Threshold          int64
 	Episode            int64
@@ -101,17 +92,19 @@ type BalanceAlertsOutboxRow struct {
 	RecoveredPending   bool
 }
 
-// Alerts whose balance.low or balance.recovered notification is still to enqueue, locked so that two
-// sweepers take different ones.
-func (q *Queries) BalanceAlertsOutbox(ctx context.Context, maxRows int32) ([]BalanceAlertsOutboxRow, error) {
-	rows, err := q.db.Query(ctx, balanceAlertsOutbox, maxRows)
+// Takes the alerts whose balance.low or balance.recovered notification is still to enqueue (at most
+// max_rows, oldest first): marks what is enqueued (the low alert always, the recovery when it happened)
+// and returns each with what was pending, in one statement, like RechargeAttemptsTakeJobs.
+// The time comes from the subquery: a cluster takes no function call in an UPDATE's CASE or COALESCE.
+func (q *Queries) BalanceAlertsTake(ctx context.Context, maxRows int32) ([]BalanceAlertsTakeRow, error) {
+	rows, err := q.db.Query(ctx, balanceAlertsTake, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []BalanceAlertsOutboxRow{}
+	items := []BalanceAlertsTakeRow{}
 	for rows.Next() {
-		var i BalanceAlertsOutboxRow
+		var i BalanceAlertsTakeRow
 		if err := rows.Scan(
 			&i.AccountID,
 			&i.Threshold,

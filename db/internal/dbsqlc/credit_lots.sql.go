@@ -67,7 +67,7 @@ func (q *Queries) CreditLotsBalanceMismatches(ctx context.Context) ([]CreditLots
 
 const creditLotsClose = `-- name: CreditLotsClose :one
 UPDATE credit_lots
-SET closed_at = clock_timestamp()
+SET closed_at = now()
 WHERE account_id = $1 AND id = $2 AND closed_at IS NULL AND remaining = 0
 RETURNING id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at
 `
@@ -112,7 +112,7 @@ func (q *Queries) CreditLotsClose(ctx context.Context, arg CreditLotsCloseParams
 
 const creditLotsCloseExpiredEmpty = `-- name: CreditLotsCloseExpiredEmpty :execrows
 UPDATE credit_lots
-SET closed_at = clock_timestamp()
+SET closed_at = now()
 WHERE account_id = ANY($1::text[])
   AND closed_at IS NULL AND expires_at <= now() AND remaining = 0
 `
@@ -124,72 +124,6 @@ func (q *Queries) CreditLotsCloseExpiredEmpty(ctx context.Context, accountIds []
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const creditLotsExpire = `-- name: CreditLotsExpire :many
-WITH due AS (
-    SELECT l.account_id, l.id, l.remaining,
-           row_number() OVER w AS k,
-           sum(l.remaining) OVER w AS taken
-    FROM credit_lots l
-    JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = l.account_id
-    WHERE l.closed_at IS NULL AND l.expires_at <= now() AND l.remaining > 0
-    WINDOW w AS (PARTITION BY l.account_id ORDER BY l.id ROWS UNBOUNDED PRECEDING)
-)
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
-SELECT a.id, 'expiry', -d.remaining, 'lot ' || d.id || ' expired', 'expire:' || d.id,
-       a.last_seq + d.k, (a.balance - d.taken)::bigint
-FROM due d
-JOIN accounts a ON a.id = d.account_id
-ORDER BY a.id, d.k
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at
-`
-
-type CreditLotsExpireRow struct {
-	ID           int64
-	AccountID    string
-	Amount       int64
-	Description  string
-	DedupeKey    string
-	Seq          int64
-	BalanceAfter int64
-	CreatedAt    time.Time
-}
-
-// Posts, in one statement, an expiry entry keyed expire:{lot_id} of -remaining for every open lot of the
-// locked accounts (account_ids, from AccountsLockForBilling) past its expiry, chained per account from
-// its last_seq and balance as LedgerInsertGroup does; ledger_lots then takes each lot's remaining and
-// closes it. Read under the account locks, so remaining is exact: a credit is never both spent and
-// expired. A key already posted (a lot refilled and expired again is keyed expire:{lot}:{entry})
-// leaves a hole that ledger_chain refuses.
-func (q *Queries) CreditLotsExpire(ctx context.Context, accountIds []string) ([]CreditLotsExpireRow, error) {
-	rows, err := q.db.Query(ctx, creditLotsExpire, accountIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []CreditLotsExpireRow{}
-	for rows.Next() {
-		var i CreditLotsExpireRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.AccountID,
-			&i.Amount,
-			&i.Description,
-			&i.DedupeKey,
-			&i.Seq,
-			&i.BalanceAfter,
-			&i.CreatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const creditLotsExpiringAccounts = `-- name: CreditLotsExpiringAccounts :many

@@ -10,29 +10,6 @@ import (
 	"time"
 )
 
-const holdsAccountLock = `-- name: HoldsAccountLock :one
-SELECT balance, held
-FROM accounts
-WHERE id = $1
-FOR NO KEY UPDATE
-`
-
-type HoldsAccountLockRow struct {
-	Balance int64
-	Held    int64
-}
-
-// Locks the account row before any of its holds is resolved or a group of its authorisations is
-// admitted, and returns what admission needs: nothing else can move balance or held until the
-// transaction ends. NO KEY UPDATE is the lock the held update takes anyway. Returns no row when the
-// account does not exist (it then has no holds).
-func (q *Queries) HoldsAccountLock(ctx context.Context, id string) (HoldsAccountLockRow, error) {
-	row := q.db.QueryRow(ctx, holdsAccountLock, id)
-	var i HoldsAccountLockRow
-	err := row.Scan(&i.Balance, &i.Held)
-	return i, err
-}
-
 const holdsCapture = `-- name: HoldsCapture :one
 UPDATE holds
 SET status = 'captured', captured_amount = coalesce($1::bigint, amount), resolved_at = now()
@@ -675,6 +652,59 @@ func (q *Queries) HoldsOverdue(ctx context.Context, graceSeconds float64) ([]Hol
 			&i.ID,
 			&i.Amount,
 			&i.ExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const holdsPaidTwice = `-- name: HoldsPaidTwice :many
+SELECT d.account_id, d.id AS decision_id, coalesce(d.hold_id, '')::text AS hold_id, d.cost,
+       coalesce(h.captured_amount, 0)::bigint AS captured_amount, (-e.amount)::bigint AS billed
+FROM decisions d
+JOIN holds h ON h.account_id = d.account_id AND h.id = d.hold_id AND h.status = 'captured' AND h.decision_id IS NULL
+JOIN ledger c ON c.account_id = d.account_id AND c.dedupe_key = 'hold:' || d.account_id || ':' || d.hold_id
+JOIN ledger e ON e.account_id = d.account_id AND e.dedupe_key = 'decision:' || d.id
+WHERE c.seq < e.seq
+  AND -e.amount > d.cost - least(d.cost, h.captured_amount)
+ORDER BY d.account_id, d.id
+LIMIT 1000
+`
+
+type HoldsPaidTwiceRow struct {
+	AccountID      string
+	DecisionID     string
+	HoldID         string
+	Cost           int64
+	CapturedAmount int64
+	Billed         int64
+}
+
+// Decisions billed beyond what the capture of their hold through the API left to pay (verify): the capture
+// came first (its entry, hold:{account_id}:{hold_id}, precedes the decision's in the account's seq), so
+// the decision owes only its cost beyond the captured amount (LedgerAppendForDecisions). Empty when no
+// hold is paid twice.
+func (q *Queries) HoldsPaidTwice(ctx context.Context) ([]HoldsPaidTwiceRow, error) {
+	rows, err := q.db.Query(ctx, holdsPaidTwice)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HoldsPaidTwiceRow{}
+	for rows.Next() {
+		var i HoldsPaidTwiceRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.DecisionID,
+			&i.HoldID,
+			&i.Cost,
+			&i.CapturedAmount,
+			&i.Billed,
 		); err != nil {
 			return nil, err
 		}

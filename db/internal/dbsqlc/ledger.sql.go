@@ -10,6 +10,261 @@ import (
 	"time"
 )
 
+const ledgerAppend = `-- name: LedgerAppend :many
+
+SELECT coalesce(a.k, 0)::bigint AS k, a.id::bigint AS id, a.account_id::text AS account_id, a.kind::text AS kind,
+       a.amount::bigint AS amount, a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key,
+       coalesce(a.payment_intent, '')::text AS payment_intent, a.seq::bigint AS seq, a.balance_after::bigint AS balance_after,
+       a.created_at::timestamptz AS created_at, coalesce(a.lot_id, 0)::bigint AS lot_id,
+       coalesce(a.reverses_entry_id, 0)::bigint AS reverses_entry_id
+FROM ledger_append($1::text[], $2::text[], $3::bigint[], $4::text[],
+                   $5::text[], $6::text[], $7::boolean[], $8::bigint[],
+                   $9::text[], $10::text[], $11::smallint[],
+                   $12::text[], $13::float8[], $14::bigint)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+`
+
+type LedgerAppendParams struct {
+	AccountIDs     []string
+	Kinds          []string
+	Amounts        []int64
+	Descriptions   []string
+	DedupeKeys     []string
+	PaymentIntents []string
+	NoOverdraw     []bool
+	LotIDs         []int64
+	Reverses       []string
+	LotCategories  []string
+	LotPriorities  []int16
+	LotExpiresAt   []string
+	LotTTLs        []float64
+	Balance        *int64
+}
+
+type LedgerAppendRow struct {
+	K               int64
+	ID              int64
+	AccountID       string
+	Kind            string
+	Amount          int64
+	Description     string
+	DedupeKey       string
+	PaymentIntent   string
+	Seq             int64
+	BalanceAfter    int64
+	CreatedAt       time.Time
+	LotID           int64
+	ReversesEntryID int64
+}
+
+// The one road into the ledger (SPEC §21): every entry is inserted by ledger_append (migration 000012),
+// which locks the accounts in id order, numbers each account's rows from its last_seq with balance_after
+// from its locked balance, leaves out rows whose key is taken and the rows of an account whose no-overdraw
+// row would go below zero, and returns each entry inserted with the position k of its planned row (k
+// 0: an expiry it posted on its own, for a lot a restore refilled after it closed). The statements
+// below differ only in where the planned rows come from: Go (LedgerAppend), or the decisions of a billing
+// chunk and the lots past their expiry, read in the same statement.
+// Inserts rows planned in Go, the arrays read in lockstep, one element per row (” or 0: none; the lot
+// terms are read for credits only; no_overdraw refuses the row's account when the row would leave its
+// balance below zero). With balance, nothing is locked or inserted unless the accounts' balance is still
+// balance: a group planned on the balance its previous group left finds a balance moved meanwhile here.
+// A row left out returns nothing: its key was taken (before, or meanwhile by a transaction this one
+// waited for), its account does not exist or was refused. A balance beyond a bigint fails the statement
+// with numeric_value_out_of_range; a key taken meanwhile by a row that was not its account's last fails
+// it in ledger_chain.
+func (q *Queries) LedgerAppend(ctx context.Context, arg LedgerAppendParams) ([]LedgerAppendRow, error) {
+	rows, err := q.db.Query(ctx, ledgerAppend,
+		arg.AccountIDs,
+		arg.Kinds,
+		arg.Amounts,
+		arg.Descriptions,
+		arg.DedupeKeys,
+		arg.PaymentIntents,
+		arg.NoOverdraw,
+		arg.LotIDs,
+		arg.Reverses,
+		arg.LotCategories,
+		arg.LotPriorities,
+		arg.LotExpiresAt,
+		arg.LotTTLs,
+		arg.Balance,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerAppendRow{}
+	for rows.Next() {
+		var i LedgerAppendRow
+		if err := rows.Scan(
+			&i.K,
+			&i.ID,
+			&i.AccountID,
+			&i.Kind,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.PaymentIntent,
+			&i.Seq,
+			&i.BalanceAfter,
+			&i.CreatedAt,
+			&i.LotID,
+			&i.ReversesEntryID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ledgerAppendExpiries = `-- name: LedgerAppendExpiries :many
+SELECT a.id::bigint AS id, a.account_id::text AS account_id, a.amount::bigint AS amount,
+       a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key, a.seq::bigint AS seq,
+       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at
+FROM (
+    SELECT array_agg(l.account_id ORDER BY l.account_id, l.id) AS account_ids,
+           array_agg('expiry'::text ORDER BY l.account_id, l.id) AS kinds,
+           array_agg(-l.remaining ORDER BY l.account_id, l.id) AS amounts,
+           array_agg('lot ' || l.id || ' expired' ORDER BY l.account_id, l.id) AS descriptions,
+           array_agg('expire:' || l.id ORDER BY l.account_id, l.id) AS dedupe_keys,
+           array_agg(l.id ORDER BY l.account_id, l.id) AS lot_ids
+    FROM credit_lots l
+    JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = l.account_id
+    WHERE l.closed_at IS NULL AND l.expires_at <= now() AND l.remaining > 0
+    HAVING count(*) > 0
+) plan
+CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys,
+                                 p_lot_ids => plan.lot_ids)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+ORDER BY 1
+`
+
+type LedgerAppendExpiriesRow struct {
+	ID           int64
+	AccountID    string
+	Amount       int64
+	Description  string
+	DedupeKey    string
+	Seq          int64
+	BalanceAfter int64
+	CreatedAt    time.Time
+}
+
+// Posts, in one statement, an expiry entry keyed expire:{lot_id} of -remaining for every open lot of the
+// locked accounts (account_ids, from AccountsLock) past its expiry on the database clock, in lot id
+// order per account; ledger_lots takes each lot's remaining and closes it. Read under the account locks,
+// so remaining is exact: a credit is never both spent and expired. Returns the entries inserted.
+func (q *Queries) LedgerAppendExpiries(ctx context.Context, accountIds []string) ([]LedgerAppendExpiriesRow, error) {
+	rows, err := q.db.Query(ctx, ledgerAppendExpiries, accountIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerAppendExpiriesRow{}
+	for rows.Next() {
+		var i LedgerAppendExpiriesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.Seq,
+			&i.BalanceAfter,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ledgerAppendForDecisions = `-- name: LedgerAppendForDecisions :many
+SELECT a.id::bigint AS id, a.account_id::text AS account_id, a.amount::bigint AS amount,
+       a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key, a.seq::bigint AS seq,
+       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at
+FROM (
+    SELECT array_agg(d.account_id ORDER BY d.account_id, d.seq) AS account_ids,
+           array_agg('usage'::text ORDER BY d.account_id, d.seq) AS kinds,
+           array_agg(-(d.cost - coalesce(h.captured_amount, 0)) ORDER BY d.account_id, d.seq) AS amounts,
+           array_agg('decision ' || d.id ORDER BY d.account_id, d.seq) AS descriptions,
+           array_agg('decision:' || d.id ORDER BY d.account_id, d.seq) AS dedupe_keys
+    FROM decisions d
+    -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
+    JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = d.account_id
+    LEFT JOIN holds h
+        ON h.account_id = d.account_id AND h.id = d.hold_id AND h.status = 'captured' AND h.decision_id IS NULL
+    WHERE d.seq > $2::bigint
+      AND d.seq <= $3::bigint
+      AND d.cost > coalesce(h.captured_amount, 0)
+    HAVING count(*) > 0
+) plan
+CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+ORDER BY 1
+`
+
+type LedgerAppendForDecisionsParams struct {
+	AccountIDs []string
+	AfterSeq   int64
+	UptoSeq    int64
+}
+
+type LedgerAppendForDecisionsRow struct {
+	ID           int64
+	AccountID    string
+	Amount       int64
+	Description  string
+	DedupeKey    string
+	Seq          int64
+	BalanceAfter int64
+	CreatedAt    time.Time
+}
+
+// Bills the chunk (after_seq, upto_seq] of decisions of the locked accounts (account_ids, from
+// AccountsLock), in one statement: a usage entry keyed decision:{id} of -cost for each decision not
+// billed yet, in decision seq order per account. A decision naming a hold captured through the API is
+// billed only for its cost beyond the captured amount, and not at all within it: the hold's own entry
+// (hold:{account_id}:{hold_id}) paid for that much (SPEC §21). ledger_append leaves out the keys already
+// posted, so re-reading a billed chunk posts nothing. A balance beyond a bigint fails the statement with
+// numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
+func (q *Queries) LedgerAppendForDecisions(ctx context.Context, arg LedgerAppendForDecisionsParams) ([]LedgerAppendForDecisionsRow, error) {
+	rows, err := q.db.Query(ctx, ledgerAppendForDecisions, arg.AccountIDs, arg.AfterSeq, arg.UptoSeq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerAppendForDecisionsRow{}
+	for rows.Next() {
+		var i LedgerAppendForDecisionsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AccountID,
+			&i.Amount,
+			&i.Description,
+			&i.DedupeKey,
+			&i.Seq,
+			&i.BalanceAfter,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ledgerBalanceAt = `-- name: LedgerBalanceAt :one
 SELECT coalesce((
     SELECT balance_after
@@ -133,11 +388,24 @@ FROM ledger
 WHERE dedupe_key = $1::text
 `
 
+type LedgerGetByDedupeKeyRow struct {
+	ID            int64
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     *string
+	PaymentIntent *string
+	CreatedAt     time.Time
+	Seq           int64
+	BalanceAfter  int64
+}
+
 // The entry posted under a dedupe key, to tell an exact replay from a key reused with other
 // parameters. Returns no row when the key was never posted.
-func (q *Queries) LedgerGetByDedupeKey(ctx context.Context, dedupeKey string) (LedgerEntry, error) {
+func (q *Queries) LedgerGetByDedupeKey(ctx context.Context, dedupeKey string) (LedgerGetByDedupeKeyRow, error) {
 	row := q.db.QueryRow(ctx, ledgerGetByDedupeKey, dedupeKey)
-	var i LedgerEntry
+	var i LedgerGetByDedupeKeyRow
 	err := row.Scan(
 		&i.ID,
 		&i.AccountID,
@@ -151,257 +419,6 @@ func (q *Queries) LedgerGetByDedupeKey(ctx context.Context, dedupeKey string) (L
 		&i.BalanceAfter,
 	)
 	return i, err
-}
-
-const ledgerInsert = `-- name: LedgerInsert :one
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
-SELECT a.id, $1, $2::bigint, $3, $4, $5,
-       a.last_seq + 1, a.balance + $2::bigint
-FROM accounts a
-WHERE a.id = $6
-  AND (NOT $7::boolean OR a.balance + $2::bigint >= 0)
-FOR NO KEY UPDATE
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, seq, balance_after, created_at
-`
-
-type LedgerInsertParams struct {
-	Kind          string
-	Amount        int64
-	Description   string
-	DedupeKey     *string
-	PaymentIntent *string
-	AccountID     string
-	NoOverdraw    bool
-}
-
-type LedgerInsertRow struct {
-	ID           int64
-	Seq          int64
-	BalanceAfter int64
-	CreatedAt    time.Time
-}
-
-// Appends an entry after locking its account row (FOR NO KEY UPDATE: other entries' foreign-key checks
-// stay free), numbered last_seq + 1 with balance_after = balance + amount from that locked row; the
-// trigger ledger_chain then moves the account. With a dedupe key, an entry is inserted at most once
-// (ledger_dedupe_idx). Returns no row when the key was already posted ("already done", never an error),
-// when the account does not exist, or, with no_overdraw, when the locked balance plus amount would be
-// below zero; the caller tells these apart. A balance beyond a bigint fails with
-// numeric_value_out_of_range.
-func (q *Queries) LedgerInsert(ctx context.Context, arg LedgerInsertParams) (LedgerInsertRow, error) {
-	row := q.db.QueryRow(ctx, ledgerInsert,
-		arg.Kind,
-		arg.Amount,
-		arg.Description,
-		arg.DedupeKey,
-		arg.PaymentIntent,
-		arg.AccountID,
-		arg.NoOverdraw,
-	)
-	var i LedgerInsertRow
-	err := row.Scan(
-		&i.ID,
-		&i.Seq,
-		&i.BalanceAfter,
-		&i.CreatedAt,
-	)
-	return i, err
-}
-
-const ledgerInsertCredits = `-- name: LedgerInsertCredits :many
-WITH credit AS MATERIALIZED (
-    SELECT i AS k, ($1::text[])[i] AS account_id, ($2::text[])[i] AS kind,
-           ($3::bigint[])[i] AS amount, ($4::text[])[i] AS description,
-           ($5::text[])[i] AS dedupe_key, ($6::text[])[i] AS payment_intent,
-           -- One probe of ledger_dedupe_idx per credit. A column, not a filter: the planner cannot
-           -- estimate the filter, and an anti join would read the whole ledger.
-           (SELECT l.id FROM ledger l WHERE l.dedupe_key = ($5::text[])[i]) IS NULL AS unposted
-    FROM generate_subscripts($1::text[], 1) AS i
-), locked AS MATERIALIZED (
-    -- = ANY on the primary key: an index scan, whatever the planner guesses of the arrays' length.
-    SELECT a.id, a.last_seq, a.balance
-    FROM accounts a
-    WHERE a.id = ANY($1::text[])
-    ORDER BY a.id
-    FOR NO KEY UPDATE
-), chained AS (
-    SELECT c.account_id, c.kind, c.amount, c.description, c.dedupe_key, c.payment_intent,
-           l.last_seq + row_number() OVER w AS seq,
-           (l.balance + sum(c.amount::numeric) OVER w)::bigint AS balance_after
-    FROM credit c
-    JOIN locked l ON l.id = c.account_id
-    WHERE c.unposted
-    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-)
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
-SELECT account_id, kind, amount, description, dedupe_key, nullif(payment_intent, ''), seq, balance_after
-FROM chained
-ORDER BY account_id, seq
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, account_id, dedupe_key::text AS dedupe_key, seq, balance_after, created_at
-`
-
-type LedgerInsertCreditsParams struct {
-	AccountIDs     []string
-	Kinds          []string
-	Amounts        []int64
-	Descriptions   []string
-	DedupeKeys     []string
-	PaymentIntents []string
-}
-
-type LedgerInsertCreditsRow struct {
-	ID           int64
-	AccountID    string
-	DedupeKey    string
-	Seq          int64
-	BalanceAfter int64
-	CreatedAt    time.Time
-}
-
-// Appends credits to any number of accounts in one statement (the webhook's group commit of first
-// deliveries); the arrays are read in lockstep, one element per credit, each with a dedupe key. The
-// accounts are locked first, in id order (FOR NO KEY UPDATE, as LedgerInsert and billing take them), so
-// that two such statements, or this and billing, queue instead of deadlocking. Each account's credits
-// are numbered from its last_seq + 1 in array order, each with balance_after = balance + the running
-// sum, and ledger_chain moves each account once. ledger_dedupe_idx holds: a key posted before is
-// left out of the chain and returns no row; one posted meanwhile by a transaction that had not
-// committed when this one read also inserts nothing, and if it was not its account's last credit, the
-// hole it leaves fails the statement in ledger_chain. Credits of an account that does not exist are
-// not inserted. A balance beyond a bigint fails the statement with numeric_value_out_of_range.
-// Returns the entries inserted, each with its own seq and balance_after.
-func (q *Queries) LedgerInsertCredits(ctx context.Context, arg LedgerInsertCreditsParams) ([]LedgerInsertCreditsRow, error) {
-	rows, err := q.db.Query(ctx, ledgerInsertCredits,
-		arg.AccountIDs,
-		arg.Kinds,
-		arg.Amounts,
-		arg.Descriptions,
-		arg.DedupeKeys,
-		arg.PaymentIntents,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []LedgerInsertCreditsRow{}
-	for rows.Next() {
-		var i LedgerInsertCreditsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.AccountID,
-			&i.DedupeKey,
-			&i.Seq,
-			&i.BalanceAfter,
-			&i.CreatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const ledgerInsertGroup = `-- name: LedgerInsertGroup :many
-WITH locked AS MATERIALIZED (
-    SELECT a.id, a.last_seq, a.balance
-    FROM accounts a
-    WHERE a.id = $1 AND a.balance = $2::bigint
-    FOR NO KEY UPDATE
-), steps AS (
-    SELECT a.id AS account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.no_overdraw,
-           e.k, a.last_seq + e.k AS seq,
-           a.balance + sum(e.amount::numeric) OVER (ORDER BY e.k ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-               AS balance_after
-    FROM locked a
-    CROSS JOIN (
-        SELECT i AS k, ($3::text[])[i] AS kind, ($4::bigint[])[i] AS amount,
-               ($5::text[])[i] AS description, ($6::text[])[i] AS dedupe_key,
-               ($7::text[])[i] AS payment_intent, ($8::boolean[])[i] AS no_overdraw
-        FROM generate_subscripts($4::bigint[], 1) AS i
-    ) e
-)
-INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after)
-SELECT account_id, kind, amount, description, nullif(dedupe_key, ''), nullif(payment_intent, ''), seq,
-       balance_after::bigint
-FROM steps
-WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.no_overdraw AND s.balance_after < 0)
-ORDER BY k
-ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, dedupe_key, seq, balance_after, created_at
-`
-
-type LedgerInsertGroupParams struct {
-	AccountID      string
-	StartBalance   int64
-	Kinds          []string
-	Amounts        []int64
-	Descriptions   []string
-	DedupeKeys     []string
-	PaymentIntents []string
-	NoOverdraw     []bool
-}
-
-type LedgerInsertGroupRow struct {
-	ID           int64
-	DedupeKey    *string
-	Seq          int64
-	BalanceAfter int64
-	CreatedAt    time.Time
-}
-
-// Appends a posting group's admitted entries to one account in one statement; the arrays are read in
-// lockstep, one element per entry (an empty dedupe key or payment intent means none). The group was
-// planned on start_balance (its admissions depend on it), so the statement locks the account row
-// itself (FOR NO KEY UPDATE; a row AccountsLockForGroup locked already stays locked) and inserts
-// nothing, returning no row, unless the balance is still start_balance: after waiting for another
-// transaction's lock, the balance is checked again on the row as that transaction left it, and a row
-// with another balance is neither used nor locked. A group planned on the balance its previous group
-// left runs here without a lock statement of its own, and a balance moved meanwhile (another process,
-// another path) is found here, not posted over; the caller then locks the row and plans again. Entries are
-// numbered last_seq + 1, + 2, ... in array order, each with balance_after = balance + the running sum,
-// and ledger_chain moves the account. The no-overdraw rule is held here, not only by the group's plan:
-// nothing is inserted (no row returned) if the running balance after an entry flagged no_overdraw
-// would be below zero. ledger_dedupe_idx still holds: a key posted meanwhile inserts nothing and
-// returns no row for it; a skipped entry before the last leaves a hole, which ledger_chain refuses
-// (check_violation), so a group never leaves a wrong chain. ledger_kind_sign_check fails the whole
-// statement; a balance beyond a bigint fails with numeric_value_out_of_range.
-func (q *Queries) LedgerInsertGroup(ctx context.Context, arg LedgerInsertGroupParams) ([]LedgerInsertGroupRow, error) {
-	rows, err := q.db.Query(ctx, ledgerInsertGroup,
-		arg.AccountID,
-		arg.StartBalance,
-		arg.Kinds,
-		arg.Amounts,
-		arg.Descriptions,
-		arg.DedupeKeys,
-		arg.PaymentIntents,
-		arg.NoOverdraw,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []LedgerInsertGroupRow{}
-	for rows.Next() {
-		var i LedgerInsertGroupRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.DedupeKey,
-			&i.Seq,
-			&i.BalanceAfter,
-			&i.CreatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const ledgerLastBefore = `-- name: LedgerLastBefore :one
@@ -452,17 +469,30 @@ type LedgerListByAccountParams struct {
 	MaxRows   int32
 }
 
+type LedgerListByAccountRow struct {
+	ID            int64
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     *string
+	PaymentIntent *string
+	CreatedAt     time.Time
+	Seq           int64
+	BalanceAfter  int64
+}
+
 // An account's entries, newest first. Keyset pagination on id (pass the last id seen as before_id):
 // stable while new entries are inserted, since ids only grow.
-func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccountParams) ([]LedgerEntry, error) {
+func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccountParams) ([]LedgerListByAccountRow, error) {
 	rows, err := q.db.Query(ctx, ledgerListByAccount, arg.AccountID, arg.BeforeID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LedgerEntry{}
+	items := []LedgerListByAccountRow{}
 	for rows.Next() {
-		var i LedgerEntry
+		var i LedgerListByAccountRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.AccountID,
@@ -491,17 +521,30 @@ FROM ledger
 WHERE dedupe_key = ANY($1::text[])
 `
 
+type LedgerListByDedupeKeysRow struct {
+	ID            int64
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     *string
+	PaymentIntent *string
+	CreatedAt     time.Time
+	Seq           int64
+	BalanceAfter  int64
+}
+
 // The entries already posted under any of a group's dedupe keys: those members are replays or
 // conflicts and are not inserted again. Keys never posted return nothing.
-func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []string) ([]LedgerEntry, error) {
+func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []string) ([]LedgerListByDedupeKeysRow, error) {
 	rows, err := q.db.Query(ctx, ledgerListByDedupeKeys, dedupeKeys)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LedgerEntry{}
+	items := []LedgerListByDedupeKeysRow{}
 	for rows.Next() {
-		var i LedgerEntry
+		var i LedgerListByDedupeKeysRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.AccountID,
@@ -537,17 +580,30 @@ type LedgerListByPaymentIntentParams struct {
 	MaxRows       int32
 }
 
+type LedgerListByPaymentIntentRow struct {
+	ID            int64
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     *string
+	PaymentIntent *string
+	CreatedAt     time.Time
+	Seq           int64
+	BalanceAfter  int64
+}
+
 // The entries of one Stripe payment (its credit, refunds, disputes and their restores) in posting
 // order, through ledger_payment_intent_idx.
-func (q *Queries) LedgerListByPaymentIntent(ctx context.Context, arg LedgerListByPaymentIntentParams) ([]LedgerEntry, error) {
+func (q *Queries) LedgerListByPaymentIntent(ctx context.Context, arg LedgerListByPaymentIntentParams) ([]LedgerListByPaymentIntentRow, error) {
 	rows, err := q.db.Query(ctx, ledgerListByPaymentIntent, arg.PaymentIntent, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LedgerEntry{}
+	items := []LedgerListByPaymentIntentRow{}
 	for rows.Next() {
-		var i LedgerEntry
+		var i LedgerListByPaymentIntentRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.AccountID,
@@ -656,9 +712,22 @@ type LedgerStatementPageParams struct {
 	MaxRows   int32
 }
 
+type LedgerStatementPageRow struct {
+	ID            int64
+	AccountID     string
+	Kind          string
+	Amount        int64
+	Description   string
+	DedupeKey     *string
+	PaymentIntent *string
+	CreatedAt     time.Time
+	Seq           int64
+	BalanceAfter  int64
+}
+
 // A page of the account's entries with seq in (after_seq, upto_seq], in seq order
 // (ledger_account_seq_key): a statement reads itself page by page, in constant memory.
-func (q *Queries) LedgerStatementPage(ctx context.Context, arg LedgerStatementPageParams) ([]LedgerEntry, error) {
+func (q *Queries) LedgerStatementPage(ctx context.Context, arg LedgerStatementPageParams) ([]LedgerStatementPageRow, error) {
 	rows, err := q.db.Query(ctx, ledgerStatementPage,
 		arg.AccountID,
 		arg.AfterSeq,
@@ -669,9 +738,9 @@ func (q *Queries) LedgerStatementPage(ctx context.Context, arg LedgerStatementPa
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LedgerEntry{}
+	items := []LedgerStatementPageRow{}
 	for rows.Next() {
-		var i LedgerEntry
+		var i LedgerStatementPageRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.AccountID,
@@ -738,103 +807,6 @@ func (q *Queries) LedgerTimelineByAccount(ctx context.Context, arg LedgerTimelin
 			&i.PaymentIntent,
 			&i.CreatedAt,
 			&i.BalanceAfter,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const ledgerUsageInsertForDecisions = `-- name: LedgerUsageInsertForDecisions :many
-
-WITH chunk AS MATERIALIZED (
-    SELECT d.account_id, d.id, d.cost, d.seq,
-           -- One probe of ledger_dedupe_idx per decision, as DecisionsUnbilledByAccount. A column, not a
-           -- filter: the planner cannot estimate the filter, and a guess of one row makes nested loops.
-           (SELECT l.id FROM ledger l WHERE l.dedupe_key = 'decision:' || d.id) IS NULL AS unbilled
-    FROM decisions d
-    -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
-    JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = d.account_id
-    WHERE d.seq > $2::bigint
-      AND d.seq <= $3::bigint
-), chained AS (
-    -- The chain counts and sums only the unbilled decisions, which alone are inserted.
-    SELECT c.account_id, c.id, c.cost, c.seq, c.unbilled,
-           a.last_seq + count(*) FILTER (WHERE c.unbilled) OVER w AS entry_seq,
-           (a.balance - coalesce(sum(c.cost::numeric) FILTER (WHERE c.unbilled) OVER w, 0))::bigint AS balance_after
-    FROM chunk c
-    JOIN accounts a ON a.id = c.account_id
-    WINDOW w AS (PARTITION BY c.account_id ORDER BY c.seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-), inserted AS (
-    INSERT INTO ledger (account_id, kind, amount, description, dedupe_key, seq, balance_after)
-    SELECT account_id, 'usage', -cost, 'decision ' || id, 'decision:' || id, entry_seq, balance_after
-    FROM chained
-    WHERE unbilled
-    ORDER BY seq
-    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-    RETURNING id, account_id, amount, description, dedupe_key, seq, balance_after, created_at
-)
-SELECT id, account_id, amount, description, dedupe_key::text AS dedupe_key, seq, balance_after, created_at
-FROM inserted
-ORDER BY id
-`
-
-type LedgerUsageInsertForDecisionsParams struct {
-	AccountIDs []string
-	AfterSeq   int64
-	UptoSeq    int64
-}
-
-type LedgerUsageInsertForDecisionsRow struct {
-	ID           int64
-	AccountID    string
-	Amount       int64
-	Description  string
-	DedupeKey    string
-	Seq          int64
-	BalanceAfter int64
-	CreatedAt    time.Time
-}
-
-// Usage billing: the reconciler bills decisions as usage entries keyed decision:{id}, a chunk of
-// thousands of decisions (by seq) per transaction. ledger_dedupe_idx, not a flag on decisions, makes
-// billing a decision at most once: re-reading any window of decisions posts nothing.
-//
-// Per chunk, in one transaction: DecisionsChunkEnd finds the chunk, DecisionsUnbilledByAccount names
-// the accounts with decisions still to bill, AccountsLockForBilling locks them in id order,
-// LedgerUsageInsertForDecisions inserts the entries (and ledger_chain moves those balances).
-// Bills the chunk (after_seq, upto_seq] in one statement: inserts a usage entry of -cost keyed
-// decision:{id} for each decision not billed yet of a locked account (account_ids, from
-// AccountsLockForBilling), in decision seq order per account: numbered from the account's last_seq + 1,
-// each with balance_after = balance - the running sum of costs. ledger_chain then moves each account
-// once. Only decisions without an entry are chained, read under the account locks (billing is the only
-// path that posts decision:{id} keys, and it takes those locks first); should one be posted meanwhile
-// all the same, ON CONFLICT skips it, the chain has a hole and ledger_chain fails the statement
-// (check_violation) instead of leaving a wrong chain. Only locked accounts are billed, so the balance
-// update never takes a lock out of order. A balance beyond a bigint fails the statement with
-// numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
-func (q *Queries) LedgerUsageInsertForDecisions(ctx context.Context, arg LedgerUsageInsertForDecisionsParams) ([]LedgerUsageInsertForDecisionsRow, error) {
-	rows, err := q.db.Query(ctx, ledgerUsageInsertForDecisions, arg.AccountIDs, arg.AfterSeq, arg.UptoSeq)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []LedgerUsageInsertForDecisionsRow{}
-	for rows.Next() {
-		var i LedgerUsageInsertForDecisionsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.AccountID,
-			&i.Amount,
-			&i.Description,
-			&i.DedupeKey,
-			&i.Seq,
-			&i.BalanceAfter,
-			&i.CreatedAt,
 		); err != nil {
 			return nil, err
 		}

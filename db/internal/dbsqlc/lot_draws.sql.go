@@ -19,7 +19,7 @@ ORDER BY entry_id, lot_id
 
 type LotDrawsByEntriesParams struct {
 	AccountID string
-	EntryIds  []int64
+	EntryIDs  []int64
 }
 
 type LotDrawsByEntriesRow struct {
@@ -30,7 +30,7 @@ type LotDrawsByEntriesRow struct {
 
 // The lots each of the entries drew from (the trigger ledger_lots writes them), for listing entries.
 func (q *Queries) LotDrawsByEntries(ctx context.Context, arg LotDrawsByEntriesParams) ([]LotDrawsByEntriesRow, error) {
-	rows, err := q.db.Query(ctx, lotDrawsByEntries, arg.AccountID, arg.EntryIds)
+	rows, err := q.db.Query(ctx, lotDrawsByEntries, arg.AccountID, arg.EntryIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -130,6 +130,16 @@ type LedgerEntry struct {
 	Seq int64
 	// The account's balance right after this entry: previous balance_after + amount, in seq order (the first entry: amount). Held by ledger_chain_advance and checked by verify.
 	BalanceAfter int64
+	// For an expiry or void entry: the lot whose remaining it takes (and ledger_lots closes).
+	LotID *int64
+	// For a restore (refund_restore, dispute_won): the reversal it undoes, whose lot draws ledger_lots refills.
+	ReversesEntryID *int64
+	// For a credit: the category of the lot it makes, when the posting chose one (default: paid for top-ups, promotional otherwise).
+	LotCategory *string
+	// For a credit: the priority of the lot it makes (default 50).
+	LotPriority *int16
+	// For a credit: when the lot it makes expires (the posting's own time, or the configured lifetime of paid and grant lots from the entry's created_at); NULL: never.
+	LotExpiresAt *time.Time
 }
 
 // The debits not yet fully drawn: the account's debt, debit by debit. The next credit's lot draws them oldest first (by seq) and the row goes once the debit is covered.
@@ -160,15 +170,6 @@ type LotRefill struct {
 	Amount  int64
 }
 
-// The lot a credit asked for before it was posted (a positive adjustment's category, priority and expiry), found by the credit's dedupe key when ledger_lots makes its lot. The first terms stored under a key stand.
-type LotTerm struct {
-	AccountID string
-	DedupeKey string
-	Category  string
-	Priority  int16
-	ExpiresAt *time.Time
-}
-
 // One automatic top-up per low-balance episode of an account, inserted by accounts_available_watch in the transaction of the debit that left available below the threshold. It owns a pending top-up order (topup_id) that only payment_intent.succeeded pays. It is also the outbox of its PaymentIntent job and of its notification.
 type RechargeAttempt struct {
 	AccountID string
@@ -193,6 +194,45 @@ type RechargeAttempt struct {
 	JobEnqueuedAt *time.Time
 	// When the sweeper enqueued the notification of the resolution (recharge.failed, recharge.disabled, recharge.action_required); NULL for a resolved attempt: still to enqueue.
 	NoticeEnqueuedAt *time.Time
+}
+
+// A difference between Stripe and the ledger found by the drift pass: a Stripe payment, refund or dispute of this deployment without its ledger effect (or with another amount or state), or a money-backed credit without its Stripe object. Open while resolved_at is NULL; a later pass that finds it matched resolves it.
+type StripeDrift struct {
+	// The account the drift is on: the order's account for a Stripe object, the entry's for a ledger credit. The empty string when no account is known (a Stripe object of this deployment whose order names none): a fixed placeholder rather than NULL, because it is part of the primary key, which on Citus must include the distribution column (SPEC §15). No foreign key to accounts, for the same reason.
+	AccountID string
+	// missing_credit: a succeeded payment has no topup credit; amount_differs: its credit, refund or dispute entry moved another amount (or the payment was credited twice, or in another currency); unknown_payment: a money-backed credit whose Stripe object does not exist; missing_refund / missing_dispute: a refund or chargeback of one of our payments took nothing back; status_differs: the restore of a refund or dispute is missing although Stripe says it failed or was won, or posted although Stripe says otherwise, or a credited payment did not succeed.
+	Reason string
+	// The Stripe object the drift is about: a payment's PaymentIntent (a Checkout Session and its PaymentIntent are one payment, reported once, under the PaymentIntent), a refund, a dispute; for a credit naming no payment, its dedupe key.
+	ObjectID      string
+	PaymentIntent *string
+	// What Stripe says moved, in minor units; NULL: no Stripe object.
+	StripeAmount *int64
+	// What the ledger moved for it (the credits of a payment, the reversal of a refund or dispute), as a positive number of minor units; NULL: no entry.
+	LedgerAmount *int64
+	Currency     *string
+	Detail       string
+	// A stored, parked Stripe event of the object whose replay would post the missing effect; NULL when none is stored (the webhook never delivered it: missed-event recovery or a resend from Stripe brings it).
+	EventID *string
+	// When Stripe created the object; for a credit without one (unknown_payment), when the credit was posted.
+	ObjectCreated time.Time
+	FoundAt       time.Time
+	// When a pass last found this drift.
+	LastSeenAt time.Time
+	// When a later pass found the object matched; NULL while open. A drift found again is reopened.
+	ResolvedAt *time.Time
+}
+
+// A window in which the drift pass matched every Stripe object of this deployment to its ledger effect and every money-backed credit to its Stripe object: "drift 0", recorded. Deployment-wide, so it has no account; on Citus it is distributed by window_start.
+type StripeDriftCheckpoint struct {
+	WindowStart time.Time
+	WindowEnd   time.Time
+	// Stripe objects matched: payments (a Checkout Session and its PaymentIntent counted once), refunds and disputes that move money.
+	Objects int32
+	// Money-backed ledger credits posted in the window, all matched.
+	Credits int32
+	// SHA-256 (hex) of the sorted match list (object, amount, the dedupe keys of its entries): two passes that matched the same things give the same digest.
+	Digest    string
+	CreatedAt time.Time
 }
 
 // Every verified Stripe event, inserted in the same transaction as its effects. The primary key makes a redelivered event a no-op.

@@ -102,42 +102,6 @@ func (q *Queries) RechargeAttemptsGetForCharge(ctx context.Context, arg Recharge
 	return i, err
 }
 
-const rechargeAttemptsJobOutbox = `-- name: RechargeAttemptsJobOutbox :many
-SELECT account_id, id
-FROM recharge_attempts
-WHERE job_enqueued_at IS NULL
-ORDER BY id
-LIMIT $1
-FOR UPDATE SKIP LOCKED
-`
-
-type RechargeAttemptsJobOutboxRow struct {
-	AccountID string
-	ID        int64
-}
-
-// Attempts whose PaymentIntent job is still to enqueue, oldest first, locked so that two sweepers take
-// different ones (SKIP LOCKED) and mark them in the transaction that enqueues their jobs.
-func (q *Queries) RechargeAttemptsJobOutbox(ctx context.Context, maxRows int32) ([]RechargeAttemptsJobOutboxRow, error) {
-	rows, err := q.db.Query(ctx, rechargeAttemptsJobOutbox, maxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []RechargeAttemptsJobOutboxRow{}
-	for rows.Next() {
-		var i RechargeAttemptsJobOutboxRow
-		if err := rows.Scan(&i.AccountID, &i.ID); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const rechargeAttemptsList = `-- name: RechargeAttemptsList :many
 SELECT account_id, id, episode, topup_id, amount, status, payment_intent, failure_code, disabled_recharge,
        created_at, resolved_at
@@ -217,95 +181,6 @@ func (q *Queries) RechargeAttemptsMarkDisabled(ctx context.Context, arg Recharge
 	return err
 }
 
-const rechargeAttemptsMarkJobEnqueued = `-- name: RechargeAttemptsMarkJobEnqueued :exec
-UPDATE recharge_attempts
-SET job_enqueued_at = now()
-WHERE account_id = ANY($1::text[])
-  AND id = ANY($2::bigint[])
-`
-
-type RechargeAttemptsMarkJobEnqueuedParams struct {
-	AccountIDs []string
-	IDs        []int64
-}
-
-// Attempt ids come from one sequence, so the ids alone name the rows; the accounts keep the lookup on
-// the key (account_id, id).
-func (q *Queries) RechargeAttemptsMarkJobEnqueued(ctx context.Context, arg RechargeAttemptsMarkJobEnqueuedParams) error {
-	_, err := q.db.Exec(ctx, rechargeAttemptsMarkJobEnqueued, arg.AccountIDs, arg.IDs)
-	return err
-}
-
-const rechargeAttemptsMarkNoticeEnqueued = `-- name: RechargeAttemptsMarkNoticeEnqueued :exec
-UPDATE recharge_attempts
-SET notice_enqueued_at = now()
-WHERE account_id = ANY($1::text[])
-  AND id = ANY($2::bigint[])
-`
-
-type RechargeAttemptsMarkNoticeEnqueuedParams struct {
-	AccountIDs []string
-	IDs        []int64
-}
-
-// Attempt ids come from one sequence, so the ids alone name the rows; the accounts keep the lookup on
-// the key (account_id, id).
-func (q *Queries) RechargeAttemptsMarkNoticeEnqueued(ctx context.Context, arg RechargeAttemptsMarkNoticeEnqueuedParams) error {
-	_, err := q.db.Exec(ctx, rechargeAttemptsMarkNoticeEnqueued, arg.AccountIDs, arg.IDs)
-	return err
-}
-
-const rechargeAttemptsNoticeOutbox = `-- name: RechargeAttemptsNoticeOutbox :many
-SELECT account_id, id, status, amount, payment_intent, failure_code, disabled_recharge, resolved_at
-FROM recharge_attempts
-WHERE status <> 'requested'
-  AND notice_enqueued_at IS NULL
-ORDER BY id
-LIMIT $1
-FOR UPDATE SKIP LOCKED
-`
-
-type RechargeAttemptsNoticeOutboxRow struct {
-	AccountID        string
-	ID               int64
-	Status           string
-	Amount           int64
-	PaymentIntent    *string
-	FailureCode      *string
-	DisabledRecharge bool
-	ResolvedAt       *time.Time
-}
-
-// Resolved attempts whose notification is still to enqueue, locked like the job outbox.
-func (q *Queries) RechargeAttemptsNoticeOutbox(ctx context.Context, maxRows int32) ([]RechargeAttemptsNoticeOutboxRow, error) {
-	rows, err := q.db.Query(ctx, rechargeAttemptsNoticeOutbox, maxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []RechargeAttemptsNoticeOutboxRow{}
-	for rows.Next() {
-		var i RechargeAttemptsNoticeOutboxRow
-		if err := rows.Scan(
-			&i.AccountID,
-			&i.ID,
-			&i.Status,
-			&i.Amount,
-			&i.PaymentIntent,
-			&i.FailureCode,
-			&i.DisabledRecharge,
-			&i.ResolvedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const rechargeAttemptsResolve = `-- name: RechargeAttemptsResolve :one
 UPDATE recharge_attempts
 SET status = $1, failure_code = $2, resolved_at = now(),
@@ -357,4 +232,102 @@ type RechargeAttemptsSetPaymentIntentParams struct {
 func (q *Queries) RechargeAttemptsSetPaymentIntent(ctx context.Context, arg RechargeAttemptsSetPaymentIntentParams) error {
 	_, err := q.db.Exec(ctx, rechargeAttemptsSetPaymentIntent, arg.PaymentIntent, arg.AccountID, arg.ID)
 	return err
+}
+
+const rechargeAttemptsTakeJobs = `-- name: RechargeAttemptsTakeJobs :many
+UPDATE recharge_attempts r
+SET job_enqueued_at = now()
+FROM (
+    SELECT account_id, id FROM recharge_attempts WHERE job_enqueued_at IS NULL ORDER BY id LIMIT $1
+) due
+WHERE r.account_id = due.account_id
+  AND r.id = due.id
+  AND r.job_enqueued_at IS NULL
+RETURNING r.account_id, r.id
+`
+
+type RechargeAttemptsTakeJobsRow struct {
+	AccountID string
+	ID        int64
+}
+
+// Takes the attempts whose PaymentIntent job is still to enqueue, oldest first (at most max_rows): marks
+// them enqueued and returns them, in one statement, and the caller enqueues their jobs in the same
+// transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
+// second's UPDATE waits for the first's and then finds it marked. No row is locked before the update
+// (a cluster locks rows only in single-shard statements).
+func (q *Queries) RechargeAttemptsTakeJobs(ctx context.Context, maxRows int32) ([]RechargeAttemptsTakeJobsRow, error) {
+	rows, err := q.db.Query(ctx, rechargeAttemptsTakeJobs, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RechargeAttemptsTakeJobsRow{}
+	for rows.Next() {
+		var i RechargeAttemptsTakeJobsRow
+		if err := rows.Scan(&i.AccountID, &i.ID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rechargeAttemptsTakeNotices = `-- name: RechargeAttemptsTakeNotices :many
+UPDATE recharge_attempts r
+SET notice_enqueued_at = now()
+FROM (
+    SELECT account_id, id FROM recharge_attempts
+    WHERE status <> 'requested' AND notice_enqueued_at IS NULL
+    ORDER BY id
+    LIMIT $1
+) due
+WHERE r.account_id = due.account_id
+  AND r.id = due.id
+  AND r.notice_enqueued_at IS NULL
+RETURNING r.account_id, r.id, r.status, r.amount, r.payment_intent, r.failure_code, r.disabled_recharge, r.resolved_at
+`
+
+type RechargeAttemptsTakeNoticesRow struct {
+	AccountID        string
+	ID               int64
+	Status           string
+	Amount           int64
+	PaymentIntent    *string
+	FailureCode      *string
+	DisabledRecharge bool
+	ResolvedAt       *time.Time
+}
+
+// Takes the resolved attempts whose notification is still to enqueue, like RechargeAttemptsTakeJobs.
+func (q *Queries) RechargeAttemptsTakeNotices(ctx context.Context, maxRows int32) ([]RechargeAttemptsTakeNoticesRow, error) {
+	rows, err := q.db.Query(ctx, rechargeAttemptsTakeNotices, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RechargeAttemptsTakeNoticesRow{}
+	for rows.Next() {
+		var i RechargeAttemptsTakeNoticesRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Status,
+			&i.Amount,
+			&i.PaymentIntent,
+			&i.FailureCode,
+			&i.DisabledRecharge,
+			&i.ResolvedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

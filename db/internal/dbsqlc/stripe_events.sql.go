@@ -49,7 +49,7 @@ type StripeEventsCheckoutStateRow struct {
 // event was recorded already (a redelivery, answered with no transaction at all), the session's order,
 // the account it credits (the order's, else the session's metadata account_id) and whether events are
 // parked waiting for the payment. It decides only which path the event takes: the happy path's own
-// statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPaySession, LedgerInsert) hold the
+// statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPay, StripeEventsParkedWaiting, LedgerAppend) hold the
 // money's guarantees again (an event once, an order paid once and only for its amount and currency,
 // the credit once, nothing left parked), whatever changed since this read.
 func (q *Queries) StripeEventsCheckoutState(ctx context.Context, arg StripeEventsCheckoutStateParams) (StripeEventsCheckoutStateRow, error) {
@@ -446,14 +446,53 @@ func (q *Queries) StripeEventsParkedByReason(ctx context.Context) ([]StripeEvent
 	return items, nil
 }
 
-const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
-SELECT event_id, payload
+const stripeEventsParkedForObjects = `-- name: StripeEventsParkedForObjects :many
+SELECT event_id, payment_intent::text AS payment_intent, (payload #>> '{data,object,id}')::text AS object_id
 FROM stripe_events
 WHERE outcome = 'parked'
-  AND parked_reason = 'unknown_payment'
-  AND payment_intent = $1::text
-ORDER BY seq
-FOR UPDATE SKIP LOCKED
+  AND payment_intent = ANY($1::text[])
+  AND payload #>> '{data,object,id}' = ANY($2::text[])
+ORDER BY seq DESC
+`
+
+type StripeEventsParkedForObjectsParams struct {
+	PaymentIntents []string
+	ObjectIDs      []string
+}
+
+type StripeEventsParkedForObjectsRow struct {
+	EventID       string
+	PaymentIntent string
+	ObjectID      string
+}
+
+// The parked events of the given payments whose object (data.object.id) is one of object_ids, newest
+// first: the events whose replay would post what the drift pass found missing (a session's or
+// PaymentIntent's completion, a refund's, a charge's refunds, a dispute's).
+// stripe_events_parked_payment_idx finds the payments' parked events; the object is checked on those.
+func (q *Queries) StripeEventsParkedForObjects(ctx context.Context, arg StripeEventsParkedForObjectsParams) ([]StripeEventsParkedForObjectsRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedForObjects, arg.PaymentIntents, arg.ObjectIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedForObjectsRow{}
+	for rows.Next() {
+		var i StripeEventsParkedForObjectsRow
+		if err := rows.Scan(&i.EventID, &i.PaymentIntent, &i.ObjectID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stripeEventsParkedForPayment = `-- name: StripeEventsParkedForPayment :many
+SELECT p.event_id::text AS event_id, p.payload::jsonb AS payload
+FROM stripe_events_lock_parked($1::text) AS p (event_id, payload)
 `
 
 type StripeEventsParkedForPaymentRow struct {
@@ -461,8 +500,8 @@ type StripeEventsParkedForPaymentRow struct {
 	Payload []byte
 }
 
-// Events parked because their payment was unknown, to re-apply once that payment is recorded. Locks
-// them (SKIP LOCKED) so that two transactions never re-apply the same one at once.
+// Events parked because their payment was unknown, to re-apply once that payment is recorded, locked
+// (stripe_events_lock_parked, SKIP LOCKED) so that two transactions never re-apply the same one at once.
 func (q *Queries) StripeEventsParkedForPayment(ctx context.Context, paymentIntent string) ([]StripeEventsParkedForPaymentRow, error) {
 	rows, err := q.db.Query(ctx, stripeEventsParkedForPayment, paymentIntent)
 	if err != nil {
@@ -557,6 +596,37 @@ func (q *Queries) StripeEventsParkedUnreviewed(ctx context.Context, cutoff time.
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stripeEventsParkedWaiting = `-- name: StripeEventsParkedWaiting :many
+SELECT DISTINCT payment_intent::text AS payment_intent
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND parked_reason = 'unknown_payment'
+  AND payment_intent = ANY($1::text[])
+`
+
+// Which of the payments have events parked waiting for them (unknown_payment): a Checkout Session's happy
+// path, run after StripeEventsLockPayments and TopupsPay, leaves such a payment to the general path,
+// which re-applies them. This statement's snapshot sees a refund parked while that lock was awaited.
+func (q *Queries) StripeEventsParkedWaiting(ctx context.Context, paymentIntents []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedWaiting, paymentIntents)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var payment_intent string
+		if err := rows.Scan(&payment_intent); err != nil {
+			return nil, err
+		}
+		items = append(items, payment_intent)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

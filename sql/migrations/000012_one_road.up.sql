@@ -1,0 +1,510 @@
+-- One way to post (SPEC §21): every path that writes the ledger (a single posting, group commit, the
+-- webhook's group of Checkout Sessions, billing, hold captures, lot expiry and voids, refund and dispute
+-- restores) hands its planned rows to ONE function, ledger_append, which alone inserts entries. Lock
+-- order, seq, balance_after, the no-overdraw rule and the dedupe key are written once, here; the paths
+-- differ only in how they plan their rows (in Go, or set-based from decisions or lots in the statement
+-- that calls ledger_append).
+--
+-- The entry now says what it does to the lots, instead of a trigger parsing its dedupe key or reading a
+-- side table: lot_id names the lot an expiry or void takes, reverses_entry_id the reversal a restore
+-- undoes, and lot_category, lot_priority and lot_expires_at the lot a credit makes (the terms travel with
+-- the posting; lot_terms, written before the posting outside its transaction, goes, and so do the
+-- session settings lots_ttl read: the lifetimes of paid and grant lots come with their postings too).
+--
+-- A restore that refills a lot that is closed or past its expiry has that credit expire at once. The
+-- trigger used to post that expiry itself; now ledger_lots only closes such a lot, and ledger_append
+-- posts its expiry (or void) right after the statement that posted the restore, so that every entry
+-- comes back to the caller that posted it (and gets its notification) and only ledger_append inserts.
+--
+-- Backends (SPEC §15): the functions whose work differs on Citus are accounts_lock, ledger_keys_taken,
+-- claim_keys, ledger_batches and stripe_events_lock_parked; sql/citus/prepare.sql gives each its Citus form under
+-- the same name. ledger_append itself is the same on both.
+
+ALTER TABLE ledger
+    ADD COLUMN lot_id            bigint,
+    ADD COLUMN reverses_entry_id bigint,
+    ADD COLUMN lot_category      text,
+    ADD COLUMN lot_priority      smallint,
+    ADD COLUMN lot_expires_at    timestamptz;
+
+-- Backfill what the keys said, set-based. The append-only trigger refuses every UPDATE; it is off for
+-- these statements only.
+ALTER TABLE ledger DISABLE TRIGGER ledger_append_only;
+UPDATE ledger
+SET lot_id = split_part(dedupe_key, ':', 2)::bigint
+WHERE kind IN ('expiry', 'void');
+UPDATE ledger e
+SET reverses_entry_id = r.id
+FROM ledger r
+WHERE e.kind IN ('refund_restore', 'dispute_won')
+  AND r.account_id = e.account_id
+  AND r.dedupe_key = CASE e.kind
+          WHEN 'refund_restore' THEN regexp_replace(e.dedupe_key, '^stripe:refund-failed:', 'stripe:refund:')
+          ELSE regexp_replace(e.dedupe_key, '^stripe:dispute-won:', 'stripe:dispute:')
+      END;
+UPDATE ledger e
+SET lot_category = t.category, lot_priority = t.priority, lot_expires_at = t.expires_at
+FROM lot_terms t
+WHERE e.amount > 0
+  AND t.account_id = e.account_id
+  AND t.dedupe_key = e.dedupe_key;
+ALTER TABLE ledger ENABLE TRIGGER ledger_append_only;
+
+ALTER TABLE ledger
+    ADD CONSTRAINT ledger_lot_id_check CHECK ((kind IN ('expiry', 'void')) = (lot_id IS NOT NULL)),
+    ADD CONSTRAINT ledger_reverses_check CHECK (
+        reverses_entry_id IS NULL OR kind IN ('refund_restore', 'dispute_won')
+    ),
+    ADD CONSTRAINT ledger_lot_terms_check CHECK (
+        (lot_category IS NULL AND lot_priority IS NULL AND lot_expires_at IS NULL)
+        OR (amount > 0 AND coalesce(lot_category IN ('paid', 'promotional'), true)
+            AND coalesce(lot_priority BETWEEN 0 AND 100, true))
+    );
+
+COMMENT ON COLUMN ledger.lot_id IS
+    'For an expiry or void entry: the lot whose remaining it takes (and ledger_lots closes).';
+COMMENT ON COLUMN ledger.reverses_entry_id IS
+    'For a restore (refund_restore, dispute_won): the reversal it undoes, whose lot draws ledger_lots refills.';
+COMMENT ON COLUMN ledger.lot_category IS
+    'For a credit: the category of the lot it makes, when the posting chose one (default: paid for top-ups, '
+    'promotional otherwise).';
+COMMENT ON COLUMN ledger.lot_priority IS 'For a credit: the priority of the lot it makes (default 50).';
+COMMENT ON COLUMN ledger.lot_expires_at IS
+    'For a credit: when the lot it makes expires (the posting''s own time, or the configured lifetime of '
+    'paid and grant lots from the entry''s created_at); NULL: never.';
+COMMENT ON CONSTRAINT ledger_lot_id_check ON ledger IS
+    'Exactly the expiry and void entries name the lot they take.';
+COMMENT ON CONSTRAINT ledger_reverses_check ON ledger IS
+    'Only a restore names the reversal it undoes.';
+COMMENT ON CONSTRAINT ledger_lot_terms_check ON ledger IS
+    'Only a credit carries lot terms: a category paid or promotional, a priority from 0 to 100.';
+
+-- accounts_lock locks the accounts of a posting in id order: every path that writes an account's entries
+-- or holds takes its row first, in this one order, so that they queue instead of deadlocking.
+CREATE FUNCTION accounts_lock(p_ids text[], p_balance bigint DEFAULT NULL)
+    RETURNS TABLE (id text, last_seq bigint, balance bigint, held bigint)
+    LANGUAGE sql AS
+$$
+SELECT a.id, a.last_seq, a.balance, a.held
+FROM accounts a
+WHERE a.id = ANY(p_ids)
+  AND (p_balance IS NULL OR a.balance = p_balance)
+ORDER BY a.id
+FOR NO KEY UPDATE;
+$$;
+
+COMMENT ON FUNCTION accounts_lock(text[], bigint) IS
+    'Locks the existing accounts among p_ids in id order (FOR NO KEY UPDATE: other entries'' foreign-key '
+    'checks stay free) and returns them as locked. With p_balance, only an account whose balance is still '
+    'p_balance is locked and returned: after waiting for another transaction''s lock, the balance is checked '
+    'again on the row that transaction left. On Citus (sql/citus) one row lock per account, in the same order.';
+
+-- ledger_keys_taken and claim_keys hold "at most once" for a posting's dedupe keys, and claim_keys for every
+-- other key the service promises unique across accounts (decision ids). On plain PostgreSQL the tables' own
+-- unique keys do: ledger_keys_taken reads ledger_dedupe_idx, and claim_keys has nothing to claim (the write
+-- itself is checked by the key). On Citus those keys are per account (the distribution column leads every
+-- unique key), and both go through dedupe_claims (sql/citus).
+CREATE FUNCTION ledger_keys_taken(p_keys text[])
+    RETURNS SETOF text
+    LANGUAGE sql STABLE AS
+$$
+SELECT l.dedupe_key FROM ledger l WHERE l.dedupe_key = ANY(p_keys);
+$$;
+
+COMMENT ON FUNCTION ledger_keys_taken(text[]) IS
+    'The keys among p_keys that entries hold already (ledger_dedupe_idx): postings under them are replays '
+    'or conflicts, never inserted again.';
+
+CREATE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
+    RETURNS SETOF text
+    LANGUAGE sql IMMUTABLE AS
+$$
+SELECT unnest(p_keys);
+$$;
+
+COMMENT ON FUNCTION claim_keys(text[], text[]) IS
+    'The keys among p_keys (each for the account beside it) this transaction may write under: a ledger entry''s '
+    'dedupe key, or a prefixed id the service promises unique across accounts (decisions:{id}). On plain '
+    'PostgreSQL every one: the table''s own unique key checks the write itself. On Citus (sql/citus) the keys '
+    'claimed in dedupe_claims.';
+
+-- ledger_batches splits a posting's accounts into the batches ledger_append inserts their entries in.
+CREATE FUNCTION ledger_batches(p_account_ids text[])
+    RETURNS SETOF text[]
+    LANGUAGE sql IMMUTABLE AS
+$$
+SELECT p_account_ids;
+$$;
+
+COMMENT ON FUNCTION ledger_batches(text[]) IS
+    'The accounts of a posting in the batches ledger_append inserts their entries in: on plain PostgreSQL all '
+    'of them at once, in one statement; on Citus (sql/citus) one batch per shard, so that each statement runs '
+    'on its shard, where the entries'' triggers run.';
+
+-- stripe_events_lock_parked locks the events parked waiting for a payment, to re-apply them in the
+-- transaction that records it. One function, because Citus locks rows only in single-shard statements
+-- (sql/citus gives it a form that locks them one event at a time).
+CREATE FUNCTION stripe_events_lock_parked(p_payment_intent text)
+    RETURNS TABLE (event_id text, payload jsonb)
+    LANGUAGE sql AS
+$$
+SELECT e.event_id, e.payload
+FROM stripe_events e
+WHERE e.outcome = 'parked'
+  AND e.parked_reason = 'unknown_payment'
+  AND e.payment_intent = p_payment_intent
+ORDER BY e.seq
+FOR UPDATE SKIP LOCKED;
+$$;
+
+COMMENT ON FUNCTION stripe_events_lock_parked(text) IS
+    'The events parked as unknown_payment for a payment, in arrival order, locked until the transaction ends '
+    '(SKIP LOCKED: one being replayed right now is passed over, so two transactions never re-apply one event).';
+
+-- ledger_append: the one road. The arrays are one planned row each, read in lockstep (those after the
+-- first five may be left out: NULL): the account, kind, amount, description, dedupe key ('' or NULL:
+-- none), payment intent ('' or NULL: none), whether the row
+-- may not take its account's balance below zero, the lot an expiry or void takes (0 or NULL: none), the
+-- key of the reversal a restore undoes ('' or NULL: none), and for a credit (ignored for a debit) the terms
+-- of its lot: category ('' or NULL: the default) and priority (NULL: the default), expiry as a timestamp
+-- ('' or NULL: none) or else as a lifetime in seconds from the entry's created_at (0 or NULL: never).
+CREATE FUNCTION ledger_append(
+    p_account_ids     text[],
+    p_kinds           text[],
+    p_amounts         bigint[],
+    p_descriptions    text[],
+    p_dedupe_keys     text[],
+    p_payment_intents text[]     DEFAULT NULL,
+    p_no_overdraw     boolean[]  DEFAULT NULL,
+    p_lot_ids         bigint[]   DEFAULT NULL,
+    p_reverses        text[]     DEFAULT NULL,
+    p_lot_categories  text[]     DEFAULT NULL,
+    p_lot_priorities  smallint[] DEFAULT NULL,
+    p_lot_expires_at  text[]     DEFAULT NULL,
+    p_lot_ttls        float8[]   DEFAULT NULL,
+    p_balance         bigint     DEFAULT NULL
+)
+    RETURNS TABLE (
+        k bigint, id bigint, account_id text, kind text, amount bigint, description text, dedupe_key text,
+        payment_intent text, seq bigint, balance_after bigint, created_at timestamptz, lot_id bigint,
+        reverses_entry_id bigint
+    )
+    LANGUAGE plpgsql AS
+$fn$
+DECLARE
+    locked_ids      text[];
+    locked_seqs     bigint[];
+    locked_balances bigint[];
+    taken           text[];
+    reversal_keys   text[];
+    reversal_ids    bigint[];
+    a_k             bigint[];
+    a_accounts      text[];
+    a_seqs          bigint[];
+    a_balances      bigint[];
+    a_keys          text[];
+    claimed         text[];
+    batch           text[];
+BEGIN
+    -- 1. Lock the plan's accounts, in id order (with p_balance, only if the balance is still that).
+    SELECT coalesce(array_agg(a.id ORDER BY a.id), '{}'), coalesce(array_agg(a.last_seq ORDER BY a.id), '{}'),
+           coalesce(array_agg(a.balance ORDER BY a.id), '{}')
+    INTO locked_ids, locked_seqs, locked_balances
+    FROM accounts_lock(p_account_ids, p_balance) AS a;
+    IF cardinality(locked_ids) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 2. Under the locks: the keys entries hold already, and the reversals restores undo (read on their
+    -- own, so that on Citus each is one distributed statement).
+    taken := ARRAY(
+        SELECT t FROM ledger_keys_taken(ARRAY(
+            SELECT DISTINCT nullif(x, '') FROM unnest(p_dedupe_keys) AS x WHERE nullif(x, '') IS NOT NULL
+        )) AS t
+    );
+    IF EXISTS (SELECT 1 FROM unnest(p_reverses) AS x WHERE nullif(x, '') IS NOT NULL) THEN
+        SELECT coalesce(array_agg(r.dedupe_key), '{}'), coalesce(array_agg(r.id), '{}')
+        INTO reversal_keys, reversal_ids
+        FROM ledger r
+        JOIN unnest(p_account_ids, p_reverses) AS x (account_id, key)
+            ON r.account_id = x.account_id AND r.dedupe_key = x.key
+        WHERE r.dedupe_key = ANY(p_reverses);
+    END IF;
+
+    -- 3. The plan: a row is inserted when its account is locked, its key (if any) is neither taken nor
+    -- held by an earlier row of the plan, and no row of its account flagged no_overdraw would leave the
+    -- balance below zero. Each account's rows are numbered from its last_seq in plan order, each with
+    -- balance_after = balance + the running sum (a numeric: a balance beyond a bigint fails the cast,
+    -- numeric_value_out_of_range, and with it the whole call).
+    WITH plan AS (
+        SELECT p.k, p.account_id, p.amount, nullif(p.dedupe_key, '') AS dedupe_key, coalesce(p.no_overdraw, false) AS no_overdraw,
+               row_number() OVER (PARTITION BY nullif(p.dedupe_key, '') ORDER BY p.k) AS nth
+        FROM unnest(p_account_ids, p_amounts, p_dedupe_keys, p_no_overdraw)
+            WITH ORDINALITY AS p (account_id, amount, dedupe_key, no_overdraw, k)
+    ), chained AS (
+        SELECT p.k, p.account_id, p.dedupe_key, p.no_overdraw,
+               a.last_seq + row_number() OVER w AS seq,
+               a.balance + sum(p.amount::numeric) OVER w AS balance_after
+        FROM plan p
+        JOIN unnest(locked_ids, locked_seqs, locked_balances) AS a (id, last_seq, balance) ON a.id = p.account_id
+        WHERE p.dedupe_key IS NULL OR (p.nth = 1 AND NOT p.dedupe_key = ANY(taken))
+        WINDOW w AS (PARTITION BY p.account_id ORDER BY p.k ROWS UNBOUNDED PRECEDING)
+    )
+    SELECT coalesce(array_agg(c.k ORDER BY c.account_id, c.seq), '{}'),
+           coalesce(array_agg(c.account_id ORDER BY c.account_id, c.seq), '{}'),
+           coalesce(array_agg(c.seq ORDER BY c.account_id, c.seq), '{}'),
+           coalesce(array_agg(c.balance_after::bigint ORDER BY c.account_id, c.seq), '{}'),
+           coalesce(array_agg(c.dedupe_key ORDER BY c.account_id, c.seq), '{}')
+    INTO a_k, a_accounts, a_seqs, a_balances, a_keys
+    FROM chained c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM chained o WHERE o.account_id = c.account_id AND o.no_overdraw AND o.balance_after < 0
+    );
+    IF cardinality(a_k) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 4. Claim the keys of the rows to insert (on Citus; on plain PostgreSQL the insert is checked by
+    -- ledger_dedupe_idx). A key not claimed (a concurrent posting claimed it first) is not inserted.
+    claimed := ARRAY(
+        SELECT claim_keys(
+            ARRAY(SELECT x FROM unnest(a_keys) AS x WHERE x IS NOT NULL),
+            ARRAY(SELECT x.account_id FROM unnest(a_keys, a_accounts) AS x (key, account_id) WHERE x.key IS NOT NULL)
+        )
+    );
+
+    -- 5. Insert, in each account's seq order, a batch of accounts at a time (ledger_batches: all at once on
+    -- plain PostgreSQL). ON CONFLICT DO NOTHING: a key inserted meanwhile by a
+    -- transaction this one waited for is skipped; if it was not its account's last row, the hole it leaves
+    -- fails the statement in ledger_chain, so no wrong chain is ever left. (No arbiter is named: the key's
+    -- index is ledger_dedupe_idx here and per account on Citus; the other unique keys, the id and
+    -- (account_id, seq) under the account lock, cannot conflict, and a row they skipped would be missing
+    -- from the answer and break the chain the same way.) created_at is taken per row under the lock, and a
+    -- lot lifetime runs from it.
+    FOR batch IN SELECT b FROM ledger_batches(ARRAY(SELECT DISTINCT x FROM unnest(a_accounts) AS x ORDER BY x)) AS b LOOP
+    RETURN QUERY
+    WITH planned AS (
+        SELECT r.k, r.account_id, r.seq, r.balance_after, r.dedupe_key, clock_timestamp() AS at
+        FROM unnest(a_k, a_accounts, a_seqs, a_balances, a_keys) AS r (k, account_id, seq, balance_after, dedupe_key)
+        WHERE (r.dedupe_key IS NULL OR r.dedupe_key = ANY(claimed))
+          AND r.account_id = ANY(batch)
+        ORDER BY r.account_id, r.seq
+    ), inserted AS (
+        INSERT INTO ledger AS l (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after,
+                                 created_at, lot_id, reverses_entry_id, lot_category, lot_priority, lot_expires_at)
+        SELECT r.account_id, p_kinds[r.k], p_amounts[r.k], coalesce(p_descriptions[r.k], ''), r.dedupe_key,
+               nullif(p_payment_intents[r.k], ''), r.seq, r.balance_after, r.at, nullif(p_lot_ids[r.k], 0),
+               reversal_ids[array_position(reversal_keys, nullif(p_reverses[r.k], ''))],
+               -- Lot terms: a credit's only.
+               CASE WHEN p_amounts[r.k] > 0 THEN nullif(p_lot_categories[r.k], '') END,
+               CASE WHEN p_amounts[r.k] > 0 THEN p_lot_priorities[r.k] END,
+               CASE WHEN p_amounts[r.k] > 0 THEN
+                   coalesce(nullif(p_lot_expires_at[r.k], '')::timestamptz,
+                            r.at + make_interval(secs => nullif(p_lot_ttls[r.k], 0)))
+               END
+        FROM planned r
+        ORDER BY r.account_id, r.seq
+        ON CONFLICT DO NOTHING
+        RETURNING l.id, l.account_id, l.kind, l.amount, l.description, l.dedupe_key, l.payment_intent, l.seq,
+                  l.balance_after, l.created_at, l.lot_id, l.reverses_entry_id
+    )
+    SELECT r.k, i.id, i.account_id, i.kind, i.amount, i.description, i.dedupe_key, i.payment_intent, i.seq,
+           i.balance_after, i.created_at, i.lot_id, i.reverses_entry_id
+    FROM inserted i
+    JOIN planned r ON r.account_id = i.account_id AND r.seq = i.seq
+    ORDER BY i.account_id, i.seq;
+    END LOOP;
+
+    -- 6. A restore that refilled a lot that is closed or past its expiry (ledger_lots closed it): that
+    -- credit goes at once, as an expiry, or as a void when the lot was closed before its time. Posted
+    -- through this same road, keyed by lot and restore, and returned with k NULL.
+    IF 'refund_restore' = ANY(p_kinds) OR 'dispute_won' = ANY(p_kinds) THEN
+        RETURN QUERY
+        SELECT NULL::bigint, g.id, g.account_id, g.kind, g.amount, g.description, g.dedupe_key, g.payment_intent,
+               g.seq, g.balance_after, g.created_at, g.lot_id, g.reverses_entry_id
+        FROM (
+            SELECT array_agg(x.account_id ORDER BY x.account_id, x.seq, x.lot) AS accounts,
+                   array_agg(x.kind ORDER BY x.account_id, x.seq, x.lot) AS kinds,
+                   array_agg(-x.remaining ORDER BY x.account_id, x.seq, x.lot) AS amounts,
+                   array_agg(x.kind || ' of lot ' || x.lot || ' refilled by entry ' || x.entry
+                             ORDER BY x.account_id, x.seq, x.lot) AS descriptions,
+                   array_agg(CASE x.kind WHEN 'expiry' THEN 'expire:' ELSE 'void:' END || x.lot || ':' || x.entry
+                             ORDER BY x.account_id, x.seq, x.lot) AS keys,
+                   array_agg(x.lot ORDER BY x.account_id, x.seq, x.lot) AS lots
+            FROM (
+                SELECT e.account_id, e.seq, e.id AS entry, l.id AS lot, l.remaining,
+                       CASE WHEN l.expires_at <= e.created_at THEN 'expiry' ELSE 'void' END AS kind
+                FROM ledger e
+                JOIN lot_refills f ON f.account_id = e.account_id AND f.entry_id = e.id
+                JOIN credit_lots l ON l.account_id = f.account_id AND l.id = f.lot_id
+                JOIN unnest(a_accounts, a_seqs) AS n (account_id, seq) ON n.account_id = e.account_id AND n.seq = e.seq
+                WHERE e.account_id = ANY(a_accounts)
+                  AND e.kind IN ('refund_restore', 'dispute_won')
+                  AND l.closed_at IS NOT NULL AND l.remaining > 0
+            ) x
+            HAVING count(*) > 0
+        ) gone
+        CROSS JOIN LATERAL ledger_append(gone.accounts, gone.kinds, gone.amounts, gone.descriptions, gone.keys,
+                                         p_lot_ids => gone.lots) AS g;
+    END IF;
+END;
+$fn$;
+
+COMMENT ON FUNCTION ledger_append(text[], text[], bigint[], text[], text[], text[], boolean[], bigint[], text[], text[], smallint[], text[], float8[], bigint) IS
+    'The one road into the ledger: inserts planned entries (arrays in lockstep) after locking their accounts '
+    'in id order, numbering each account''s rows from last_seq with balance_after from the locked balance, '
+    'leaving out rows whose key is taken and the rows of an account whose no-overdraw row would go below zero, '
+    'then posts the at-once expiry of any lot a restore refilled after it closed. Returns each inserted entry '
+    'with the position (k) of its planned row; an entry it posted on its own (that expiry) has k NULL.';
+
+-- lots_apply_entry reads what the entry says: the lot an expiry or void takes (lot_id), the reversal a
+-- restore undoes (reverses_entry_id), the lot a credit makes (lot_category, lot_priority, lot_expires_at).
+-- A restore that refills a lot closed or past its expiry closes it; ledger_append then posts its expiry.
+-- Nothing here inserts an entry.
+CREATE OR REPLACE FUNCTION lots_apply_entry(e ledger) RETURNS void
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    first_lot  bigint;
+    refilled   bigint;
+    rest       bigint;
+    cancelled  bigint;
+BEGIN
+    CASE
+    WHEN e.kind IN ('expiry', 'void') THEN
+        -- Takes its lot's remaining and closes it.
+        INSERT INTO lot_draws (account_id, entry_id, lot_id, amount)
+        VALUES (e.account_id, e.id, e.lot_id, -e.amount);
+        UPDATE credit_lots
+        SET remaining = remaining + e.amount, closed_at = coalesce(closed_at, e.created_at)
+        WHERE account_id = e.account_id AND id = e.lot_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'entry % takes lot % of account %, which does not exist', e.id, e.lot_id, e.account_id
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'lot_draws_lot_fk',
+                      DETAIL = 'constraint lot_draws_lot_fk on table lot_draws';
+        END IF;
+
+    WHEN e.amount < 0 THEN
+        -- A refund or dispute draws its own payment's lot first.
+        first_lot := NULL;
+        IF e.kind IN ('refund', 'dispute') AND e.payment_intent IS NOT NULL THEN
+            SELECT l.id INTO first_lot
+            FROM credit_lots l
+            JOIN ledger c ON c.id = l.entry_id AND c.account_id = l.account_id
+            WHERE l.account_id = e.account_id AND c.account_id = e.account_id
+              AND c.kind = 'topup' AND c.payment_intent = e.payment_intent
+            ORDER BY l.id
+            LIMIT 1;
+        END IF;
+        PERFORM lots_draw(ARRAY[e.account_id], ARRAY[e.id], ARRAY[e.seq], ARRAY[-e.amount], first_lot, false);
+
+    WHEN e.kind IN ('refund_restore', 'dispute_won') THEN
+        -- Refill the lots the reversal drew, amount for amount, up to the restore.
+        WITH d AS (
+            SELECT lot_id, amount,
+                   sum(amount) OVER (ORDER BY lot_id ROWS UNBOUNDED PRECEDING) - amount AS lo
+            FROM lot_draws
+            WHERE account_id = e.account_id AND entry_id = e.reverses_entry_id
+        ), refill AS (
+            SELECT lot_id, least(amount, e.amount - lo)::bigint AS amount FROM d WHERE lo < e.amount
+        ), recorded AS (
+            INSERT INTO lot_refills (account_id, entry_id, lot_id, amount)
+            SELECT e.account_id, e.id, lot_id, amount FROM refill
+        ), moved AS (
+            UPDATE credit_lots l
+            SET remaining = l.remaining + r.amount
+            FROM refill r
+            WHERE l.account_id = e.account_id AND l.id = r.lot_id
+        )
+        SELECT coalesce(sum(amount), 0) INTO refilled FROM refill;
+        -- What no lot gave: first the reversal's own debt, if still owed, then a new paid lot.
+        rest := e.amount - refilled;
+        SELECT least(coalesce(max(uncovered), 0), rest) INTO cancelled
+        FROM lot_debts
+        WHERE account_id = e.account_id AND entry_id = e.reverses_entry_id;
+        IF cancelled > 0 THEN
+            UPDATE lot_debts SET uncovered = uncovered - cancelled
+            WHERE account_id = e.account_id AND entry_id = e.reverses_entry_id AND uncovered > cancelled;
+            DELETE FROM lot_debts WHERE account_id = e.account_id AND entry_id = e.reverses_entry_id AND uncovered = cancelled;
+        END IF;
+        IF rest - cancelled > 0 THEN
+            INSERT INTO credit_lots (account_id, entry_id, category, amount, remaining, created_at)
+            VALUES (e.account_id, e.id, 'paid', rest - cancelled, rest - cancelled, e.created_at);
+        END IF;
+        -- A refilled lot that is closed or past its expiry keeps what it got back out of reach (closed),
+        -- until ledger_append posts its expiry right after this statement.
+        UPDATE credit_lots l
+        SET closed_at = coalesce(l.closed_at, e.created_at)
+        FROM lot_refills f
+        WHERE f.account_id = e.account_id AND f.entry_id = e.id
+          AND l.account_id = e.account_id AND l.id = f.lot_id
+          AND l.remaining > 0
+          AND (l.closed_at IS NOT NULL OR l.expires_at <= e.created_at);
+        PERFORM lots_repay(e.account_id);
+
+    ELSE
+        -- topup, grant, or a positive adjustment: a new lot, on the entry's terms, which repays any debt first.
+        INSERT INTO credit_lots (account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+        VALUES (e.account_id, e.id,
+                coalesce(e.lot_category, CASE WHEN e.kind = 'topup' THEN 'paid' ELSE 'promotional' END),
+                coalesce(e.lot_priority, 50), e.amount, e.amount, e.lot_expires_at, e.created_at);
+        PERFORM lots_repay(e.account_id);
+    END CASE;
+END;
+$$;
+
+COMMENT ON FUNCTION lots_apply_entry(ledger) IS
+    'One entry''s lot work, under its account''s lock: a credit makes its lot on the entry''s terms (and repays '
+    'debt), a debit draws in draw order (a refund or dispute its payment''s lot first), a restore refills what '
+    'its reversal drew (closing a refilled lot that is closed or past its expiry), an expiry or void entry takes '
+    'and closes its lot.';
+
+CREATE OR REPLACE FUNCTION ledger_lots_apply() RETURNS trigger
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    e          ledger;
+BEGIN
+    -- A statement of plain debits (billing, usage, negative adjustments, captures): one allocation.
+    IF NOT EXISTS (
+        SELECT 1 FROM new_entries WHERE amount > 0 OR kind IN ('refund', 'dispute', 'expiry', 'void')
+    ) THEN
+        PERFORM lots_draw(array_agg(account_id), array_agg(id), array_agg(seq), array_agg(-amount), NULL, false)
+        FROM new_entries
+        HAVING count(*) > 0;
+        RETURN NULL;
+    END IF;
+
+    -- A statement of plain credits (top-ups, grants, positive adjustments; a group commit of them) on
+    -- accounts without debt: one lot per credit, in one statement, since there is no debt to repay.
+    IF NOT EXISTS (
+        SELECT 1 FROM new_entries WHERE amount < 0 OR kind IN ('refund_restore', 'dispute_won')
+    ) AND NOT EXISTS (
+        SELECT 1 FROM lot_debts d WHERE d.account_id IN (SELECT account_id FROM new_entries)
+    ) THEN
+        INSERT INTO credit_lots (account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+        SELECT n.account_id, n.id,
+               coalesce(n.lot_category, CASE WHEN n.kind = 'topup' THEN 'paid' ELSE 'promotional' END),
+               coalesce(n.lot_priority, 50), n.amount, n.amount, n.lot_expires_at, n.created_at
+        FROM new_entries n
+        ORDER BY n.account_id, n.seq;
+        RETURN NULL;
+    END IF;
+
+    -- Otherwise entry by entry, in each account's seq order; each step is itself set-based.
+    FOR e IN SELECT * FROM new_entries ORDER BY account_id, seq LOOP
+        PERFORM lots_apply_entry(e);
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION ledger_lots_apply() IS
+    'After each INSERT statement on the ledger (after ledger_chain): credits make lots on their terms (and '
+    'repay debt), debits draw lots in draw order, refunds and disputes their payment''s lot first, restores '
+    'refill what their reversal drew, expiry and void entries take and close their lot. Plain debits only: '
+    'one set-based allocation for the whole statement; plain credits on accounts without debt: one insert '
+    'of their lots.';
+
+DROP FUNCTION lots_ttl(text);
+DROP TABLE lot_terms;

@@ -1,0 +1,1 @@
+DROP INDEX CONCURRENTLY ledger_credits_created_idx;
