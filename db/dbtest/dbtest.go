@@ -1,6 +1,8 @@
 // Package dbtest gives each test a database of its own: cloned from a template migrated with the
 // embedded migrations, so tests can commit, race and run in parallel. The server is TEST_DATABASE_URL
-// when set, else the one pglocal finds or starts; when none can be had the test fails, never skips.
+// when set, else the one pglocal finds or starts; with ONCELEDGER_TEST_BACKEND=citus it is the local
+// Citus cluster (citus.go), so that the same tests run on either backend. When none can be had the test
+// fails, never skips.
 package dbtest
 
 import (
@@ -58,6 +60,9 @@ func Ledger(t testing.TB, pool *pgxpool.Pool, cfg ...db.LedgerConfig) *db.Ledger
 // URL returns the URL of a fresh, fully migrated database, for tests that run the binary itself.
 func URL(t testing.TB) string {
 	t.Helper()
+	if OnCitus() {
+		return citusURL(t)
+	}
 	return pgtestdb.Custom(t, serverConfig(t), migrator{}).URL()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,9 +23,11 @@ const (
 // citusSettings load Citus into every node. A small machine runs all three nodes: 8 shards per table
 // (Citus's default is 32) keep a schema change and a multi-shard query to a few connections per worker;
 // Citus opens connections between nodes, so each node allows more than the default 100, in plain text on
-// loopback (its default asks for TLS, which these private clusters do not set up).
+// loopback (its default asks for TLS, which these private clusters do not set up). Every database with
+// the extension has a maintenance daemon, a background worker (two-phase commit recovery, distributed
+// deadlock detection): tests run many databases at once, each needing one.
 var citusSettings = []string{"shared_preload_libraries=citus", "max_connections=300", "citus.shard_count=8",
-	"citus.node_conninfo=sslmode=disable"}
+	"citus.node_conninfo=sslmode=disable", "max_worker_processes=64"}
 
 // Cluster is a running Citus cluster: the maintenance URL of its coordinator and of each worker.
 type Cluster struct {
@@ -53,14 +56,14 @@ func StartCluster(ctx context.Context, dataDir string, log *slog.Logger) (*Clust
 	}
 	c := &Cluster{}
 	for i, dir := range clusterNodeDirs(dataDir) {
-		url, err := startPrivate(ctx, dir, CoordinatorPort+i, citusSettings, log)
+		nodeURL, err := startPrivate(ctx, dir, CoordinatorPort+i, citusSettings, log)
 		if err != nil {
 			return nil, fmt.Errorf("start Citus node %s: %w", filepath.Base(dir), err)
 		}
 		if i == 0 {
-			c.Coordinator = url
+			c.Coordinator = nodeURL
 		} else {
-			c.Workers = append(c.Workers, url)
+			c.Workers = append(c.Workers, nodeURL)
 		}
 	}
 	return c, nil
@@ -131,17 +134,17 @@ func CitusInstalled() error {
 // coordinator knows itself and both workers (Citus keeps its nodes per database), and returns the
 // coordinator's URL for it.
 func (c *Cluster) Database(ctx context.Context, name string) (string, error) {
-	nodes := append([]string{c.Coordinator}, c.Workers...)
+	nodes := c.nodes()
 	urls := make([]string, len(nodes))
 	for i, node := range nodes {
-		url, err := Database(ctx, node, name)
+		dbURL, err := Database(ctx, node, name)
 		if err != nil {
 			return "", err
 		}
-		if err := execOn(ctx, url, `CREATE EXTENSION IF NOT EXISTS citus`); err != nil {
-			return "", fmt.Errorf("create extension citus on %s: %w", url, err)
+		if err := execOn(ctx, dbURL, `CREATE EXTENSION IF NOT EXISTS citus`); err != nil {
+			return "", fmt.Errorf("create extension citus on %s: %w", dbURL, err)
 		}
-		urls[i] = url
+		urls[i] = dbURL
 	}
 	if err := execOn(ctx, urls[0], `SELECT citus_set_coordinator_host('127.0.0.1', $1)`, CoordinatorPort); err != nil {
 		return "", fmt.Errorf("set the coordinator's host: %w", err)
@@ -157,7 +160,7 @@ func (c *Cluster) Database(ctx context.Context, name string) (string, error) {
 
 // DropDatabase drops the named database on every node, closing its connections.
 func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
-	for _, node := range append([]string{c.Coordinator}, c.Workers...) {
+	for _, node := range c.nodes() {
 		if err := execOn(ctx, node, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 			return fmt.Errorf("drop database %s on %s: %w", name, node, err)
 		}
@@ -165,8 +168,60 @@ func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
 	return nil
 }
 
-func execOn(ctx context.Context, url, sql string, args ...any) error {
-	conn, err := pgx.Connect(ctx, url)
+// Freeze makes the named database a template on every node: nobody may connect to it any more, and the
+// connections it has (Citus's maintenance daemon, the connections between nodes) are closed, since a
+// database is copied only while nobody is connected to it. Clone copies it.
+func (c *Cluster) Freeze(ctx context.Context, name string) error {
+	for _, node := range c.nodes() {
+		if err := execOn(ctx, node, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" ALLOW_CONNECTIONS false"); err != nil {
+			return fmt.Errorf("freeze database %s on %s: %w", name, node, err)
+		}
+		if err := execOn(ctx, node, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name); err != nil {
+			return fmt.Errorf("close the connections to %s on %s: %w", name, node, err)
+		}
+	}
+	return nil
+}
+
+// Frozen says whether the named database is a template on every node (Freeze finished).
+func (c *Cluster) Frozen(ctx context.Context, name string) (bool, error) {
+	for _, node := range c.nodes() {
+		conn, err := pgx.Connect(ctx, node)
+		if err != nil {
+			return false, err
+		}
+		var frozen bool
+		err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND NOT datallowconn)`, name).Scan(&frozen)
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil || !frozen {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Clone makes a database on every node as a copy of the template that Freeze made, and returns the
+// coordinator's URL for it. The copies are one Citus database: each node's metadata names the same
+// nodes, and a coordinator reaches its workers' databases by its own database's name.
+func (c *Cluster) Clone(ctx context.Context, template, name string) (string, error) {
+	for _, node := range c.nodes() {
+		stmt := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+		if err := execOn(ctx, node, stmt); err != nil {
+			return "", fmt.Errorf("copy database %s to %s on %s: %w", template, name, node, err)
+		}
+	}
+	u, err := url.Parse(c.Coordinator)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func (c *Cluster) nodes() []string { return append([]string{c.Coordinator}, c.Workers...) }
+
+func execOn(ctx context.Context, nodeURL, sql string, args ...any) error {
+	conn, err := pgx.Connect(ctx, nodeURL)
 	if err != nil {
 		return err
 	}

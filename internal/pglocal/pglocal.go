@@ -87,12 +87,24 @@ func StartPrivate(ctx context.Context, dataDir string, port int, log *slog.Logge
 // startPrivate is StartPrivate with extra server settings (name=value), passed as -c on every start.
 func startPrivate(ctx context.Context, dataDir string, port int, settings []string, log *slog.Logger) (string, error) {
 	serverURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=3", port)
-	if err := ping(ctx, serverURL); err == nil {
-		return serverURL, nil
-	}
 	bin, err := binDir()
 	if err != nil {
 		return "", err
+	}
+	if err := ping(ctx, serverURL); err == nil {
+		// A server started earlier with other settings (an older checkout's) is restarted with these.
+		stale, err := staleSettings(ctx, serverURL, settings)
+		if err != nil || stale == "" {
+			return serverURL, err
+		}
+		log.Info("restarting the PostgreSQL on this port with the settings it lacks", "port", port, "data", stale)
+		runAs, err := unprivilegedUser()
+		if err != nil {
+			return "", err
+		}
+		if err := runPG(ctx, runAs, filepath.Join(bin, "pg_ctl"), "-D", stale, "-m", "fast", "-w", "stop"); err != nil {
+			return "", err
+		}
 	}
 	dataDir, err = filepath.Abs(dataDir)
 	if err != nil {
@@ -131,6 +143,28 @@ func startPrivate(ctx context.Context, dataDir string, port int, settings []stri
 		return "", fmt.Errorf("private cluster started but does not answer: %w", err)
 	}
 	return serverURL, nil
+}
+
+// staleSettings returns the data directory of the server at serverURL when it runs without one of the
+// settings (name=value), and "" when it has them all.
+func staleSettings(ctx context.Context, serverURL string, settings []string) (string, error) {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, setting := range settings {
+		name, want, _ := strings.Cut(setting, "=")
+		var got, dir string
+		err := conn.QueryRow(ctx, `SELECT current_setting($1, true), current_setting('data_directory')`, name).Scan(&got, &dir)
+		if err != nil {
+			return "", err
+		}
+		if got != want {
+			return dir, nil
+		}
+	}
+	return "", nil
 }
 
 // StopPrivate stops a private cluster started by StartPrivate.
