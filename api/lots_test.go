@@ -45,11 +45,11 @@ func TestLotsThroughTheAPI(t *testing.T) {
 		t.Fatalf("the debit's draws: %v", drawn)
 	}
 
-	voided := s.call(http.MethodPost, fmt.Sprintf("/v1/lots/%v/void", soonID), nil).want(t, http.StatusOK, "")
+	voided := s.call(http.MethodPost, fmt.Sprintf("/v1/lots/%.0f/void", soonID), nil).want(t, http.StatusOK, "")
 	if voided.JSON["posted"] != true || voided.JSON["lot"].(map[string]any)["remaining"] != float64(0) {
 		t.Fatalf("void: %s", voided.Body)
 	}
-	again := s.call(http.MethodPost, fmt.Sprintf("/v1/lots/%v/void", soonID), nil).want(t, http.StatusOK, "")
+	again := s.call(http.MethodPost, fmt.Sprintf("/v1/lots/%.0f/void", soonID), nil).want(t, http.StatusOK, "")
 	if again.JSON["posted"] != false {
 		t.Fatalf("void again: %s", again.Body)
 	}

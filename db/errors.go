@@ -81,6 +81,14 @@ func MapError(err error) error {
 			if sentinel, ok := constraintErrors[constraintOf(pgErr)]; ok {
 				return fmt.Errorf("%w: %w", sentinel, err)
 			}
+		case pgerrcode.InternalError:
+			// Citus relays a violation raised on a shard while it copies rows there (a multi-row
+			// INSERT ... SELECT) as an internal error, keeping the detail our triggers set.
+			if m := citusDetail.FindStringSubmatch(pgErr.Detail); m != nil {
+				if sentinel, ok := constraintErrors[[2]string{m[2], m[1]}]; ok {
+					return fmt.Errorf("%w: %w", sentinel, err)
+				}
+			}
 		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected,
 			pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
 			pgerrcode.TooManyConnections:

@@ -439,7 +439,7 @@ func TestLotsExpiryRacingDebitsNeverSpendsExpiredCredit(t *testing.T) {
 	if lot.ClosedAt == nil || lot.Remaining != 0 {
 		t.Fatalf("lot %+v: want closed with nothing left", lot)
 	}
-	spent := count(t, pool, `SELECT coalesce(sum(d.amount), 0)::int FROM lot_draws d JOIN ledger l ON l.id = d.entry_id
+	spent := count(t, pool, `SELECT coalesce(sum(d.amount), 0)::int FROM lot_draws d JOIN ledger l ON l.account_id = d.account_id AND l.id = d.entry_id
 		WHERE d.lot_id = $1 AND l.kind = 'usage'`, lot.ID)
 	expired := count(t, pool, `SELECT coalesce(-sum(amount), 0)::int FROM ledger WHERE account_id = 'acct' AND kind = 'expiry'`)
 	if spent+expired != 5000 || expired == 0 || spent == 0 {
@@ -489,7 +489,7 @@ func TestLotsHundredLotAccountBilled(t *testing.T) {
 	if drawn != 3*1234 {
 		t.Fatalf("lots drawn by %d, want %d", drawn, 3*1234)
 	}
-	if n := count(t, pool, `SELECT count(DISTINCT entry_id)::int FROM lot_draws d JOIN ledger l ON l.id = d.entry_id WHERE l.kind = 'usage'`); n != 1234 {
+	if n := count(t, pool, `SELECT count(DISTINCT entry_id)::int FROM lot_draws d JOIN ledger l ON l.account_id = d.account_id AND l.id = d.entry_id WHERE l.kind = 'usage'`); n != 1234 {
 		t.Fatalf("%d usage entries drew lots, want 1234", n)
 	}
 	verifyClean(t, pool)

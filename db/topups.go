@@ -89,7 +89,7 @@ func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (order Topup, crea
 // session again is a no-op. ErrNotFound when the order does not exist or already has another session.
 func SetTopupSession(ctx context.Context, q Conn, id, sessionID, checkoutURL string) (Topup, error) {
 	r, err := dbsqlc.New(q).TopupsSetSession(ctx, dbsqlc.TopupsSetSessionParams{
-		ID: id, SessionID: &sessionID, CheckoutURL: &checkoutURL,
+		ID: id, SessionID: sessionID, CheckoutURL: &checkoutURL,
 	})
 	return topupOrNotFound(r, err, "order "+id+" without a session")
 }

@@ -304,15 +304,18 @@ COMMENT ON INDEX ledger_account_dedupe_idx IS
     'On Citus, ledger_dedupe_idx per account (the distribution column must lead a unique key): at most one '
     'entry per key within an account. Globally, dedupe_claims_pkey holds a key at most once.';
 COMMENT ON CONSTRAINT decisions_pkey ON decisions IS
-    'On Citus: a decision id is stored once per account. Billing claims decision:{id} globally in '
-    'dedupe_claims, so an id reused with another account is never billed twice.';
+    'On Citus: a decision id is stored once per account; across accounts, intake claims decisions:{id} in '
+    'dedupe_claims (claim_keys), so an id another account holds is not stored, as on plain PostgreSQL.';
 COMMENT ON CONSTRAINT decisions_seq_key ON decisions IS
     'One arrival position per decision (seq comes from one identity; the key includes the distribution column).';
 COMMENT ON CONSTRAINT topups_pkey ON topups IS
     'One order per id within its account; the id is named in the Checkout Session''s metadata (topup_id).';
-COMMENT ON CONSTRAINT topups_session_id_key ON topups IS 'One order per Checkout Session within its account.';
+COMMENT ON CONSTRAINT topups_session_id_key ON topups IS
+    'One order per Checkout Session within its account; across accounts the session is claimed as sessions:{id} '
+    'in dedupe_claims (TopupsSetSession, TopupsPay).';
 COMMENT ON CONSTRAINT topups_payment_intent_key ON topups IS
-    'One order per payment within its account: refunds and disputes find their account through it.';
+    'One order per payment within its account: refunds and disputes find their account through it. Across '
+    'accounts the payment is claimed as payments:{id} in dedupe_claims (TopupsPay, claim_unique).';
 COMMENT ON CONSTRAINT stripe_events_seq_key ON stripe_events IS
     'seq comes from one identity, so it is unique; the key includes the distribution column, event_id.';
 
@@ -334,12 +337,20 @@ COMMENT ON CONSTRAINT dedupe_claims_pkey ON dedupe_claims IS
     'Claimed with INSERT ... ON CONFLICT (dedupe_key) DO NOTHING RETURNING: no row means already posted (or '
     'being posted by a transaction this one then waits for).';
 
--- A database that already has entries keeps their keys claimed (once: while the table is still local).
+-- A database that already has data keeps its keys claimed (once: while the table is still local): the
+-- entries' dedupe keys, and the ids claimed with a prefix (claim_keys, claim_unique): decisions, the orders'
+-- Checkout Sessions and payments.
 DO $claims$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'dedupe_claims'::regclass) THEN
         INSERT INTO dedupe_claims (dedupe_key, account_id)
         SELECT dedupe_key, account_id FROM ledger WHERE dedupe_key IS NOT NULL
+        UNION ALL
+        SELECT 'decisions:' || id, account_id FROM decisions
+        UNION ALL
+        SELECT 'sessions:' || session_id, account_id FROM topups WHERE session_id IS NOT NULL
+        UNION ALL
+        SELECT 'payments:' || payment_intent, account_id FROM topups WHERE payment_intent IS NOT NULL
         ON CONFLICT (dedupe_key) DO NOTHING;
     END IF;
 END;
@@ -389,19 +400,33 @@ CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
     RETURNS SETOF text
     LANGUAGE plpgsql AS
 $$
+DECLARE
+    claimed bigint;
 BEGIN
-    RETURN QUERY
     INSERT INTO dedupe_claims AS c (dedupe_key, account_id)
     SELECT k.key, k.account_id FROM unnest(p_keys, p_account_ids) AS k (key, account_id)
-    ON CONFLICT (dedupe_key) DO NOTHING
-    RETURNING c.dedupe_key;
+    ON CONFLICT (dedupe_key) DO NOTHING;
+    GET DIAGNOSTICS claimed = ROW_COUNT;
+    IF claimed = coalesce(cardinality(p_keys), 0) THEN
+        RETURN QUERY SELECT unnest(p_keys);
+        RETURN;
+    END IF;
+    -- Some were claimed before, or by a concurrent transaction this one waited for: those of the same
+    -- account are the account's own (its per-account unique key decides, as on plain PostgreSQL), those of
+    -- another account are taken.
+    RETURN QUERY
+    SELECT c.dedupe_key FROM dedupe_claims c
+    WHERE c.dedupe_key = ANY(p_keys)
+      AND c.account_id = p_account_ids[array_position(p_keys, c.dedupe_key)];
 END;
 $$;
 
 COMMENT ON FUNCTION claim_keys(text[], text[]) IS
     'On Citus: claims p_keys for their accounts in dedupe_claims (dedupe_claims_pkey), in the writing '
-    'transaction, and returns the keys claimed; a key claimed already, or by a concurrent transaction this one '
-    'waited for, is not returned and nothing is written under it.';
+    'transaction, and returns the keys now claimed by the account beside each; a key another account claimed '
+    'already, or claims in a concurrent transaction this one waited for, is not returned, and nothing may be '
+    'written under it. A key its own account claimed before is returned: that account''s own unique key (per '
+    'account on Citus) answers the write exactly as the global key does on plain PostgreSQL.';
 
 -- mirrors ledger_batches of 000012_one_road.up.sql sha256 5bc00f2ce9d7ef05b186e8e57ba5a6dc0cbefce16ea681ab56b6d9d8873101cf
 CREATE OR REPLACE FUNCTION ledger_batches(p_account_ids text[])

@@ -78,7 +78,7 @@ RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_
 -- has run). Returns no row when the hold is unknown or no longer held. The caller releases the
 -- reservation in the same transaction.
 UPDATE holds
-SET status = CASE WHEN expires_at > now() THEN 'voided' ELSE 'expired' END, resolved_at = now()
+SET status = holds_resolution(expires_at, now()), resolved_at = now()
 WHERE account_id = @account_id
   AND id = @id
   AND status = 'held'

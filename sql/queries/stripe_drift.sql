@@ -21,7 +21,9 @@ FROM generate_subscripts(@account_ids::text[], 1) AS i
 ON CONFLICT (account_id, reason, object_id) DO UPDATE
 SET payment_intent = excluded.payment_intent, stripe_amount = excluded.stripe_amount,
     ledger_amount = excluded.ledger_amount, currency = excluded.currency, detail = excluded.detail,
-    event_id = excluded.event_id, object_created = excluded.object_created, last_seen_at = now(),
+    event_id = excluded.event_id, object_created = excluded.object_created,
+    -- The proposed row's own default, now(): Citus takes no function in DO UPDATE SET but immutable ones.
+    last_seen_at = excluded.last_seen_at,
     resolved_at = NULL;
 
 -- name: StripeDriftResolve :execrows

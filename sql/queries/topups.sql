@@ -21,13 +21,27 @@ WHERE account_id = @account_id
 -- name: TopupsSetSession :one
 -- Attaches the Checkout Session created for a pending order; attaching the same session again (a
 -- retried request, answered the same session by Stripe's idempotency) changes nothing. Returns no row
--- when the order does not exist or already has another session.
-UPDATE topups
-SET session_id = @session_id, checkout_url = @checkout_url
-WHERE id = @id
-  AND (session_id IS NULL OR session_id = @session_id)
-RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-          idempotency_key, request_fingerprint;
+-- when the order does not exist or already has another session. A session is one order's
+-- (topups_session_id_key; on Citus, where that key is per account, the session is also claimed across
+-- accounts as sessions:{id}, claim_unique): a session another order holds fails with that key.
+WITH target AS (
+    SELECT t.account_id
+    FROM topups t
+    WHERE t.id = @id
+      AND (t.session_id IS NULL OR t.session_id = @session_id::text)
+), claimed AS (
+    -- Called with arrays, not per row of topups: on Citus a function called per row of a distributed table
+    -- runs on its shard, where the claim (a distributed statement) cannot.
+    SELECT claim_unique(ARRAY(SELECT 'sessions:' || @session_id::text FROM target), ARRAY(SELECT account_id FROM target),
+                        'topups', 'topups_session_id_key')
+)
+UPDATE topups u
+SET session_id = @session_id::text, checkout_url = @checkout_url
+WHERE u.id = @id
+  AND (u.session_id IS NULL OR u.session_id = @session_id::text)
+  AND EXISTS (SELECT 1 FROM claimed)
+RETURNING u.id, u.account_id, u.session_id, u.payment_intent, u.amount, u.currency, u.status, u.checkout_url, u.paid_event_id,
+          u.created_at, u.paid_at, u.idempotency_key, u.request_fingerprint;
 
 -- name: TopupsExpire :execrows
 -- The pending -> expired transition of a session's order (checkout.session.expired), conditional like
@@ -72,6 +86,10 @@ WHERE payment_intent = @payment_intent::text;
 -- nothing. Returns one row per order this statement made paid. An order without a row was paid or
 -- expired before, holds another amount or currency, or its account does not exist or has another
 -- currency. Fails as a whole with topups_payment_intent_key when a payment already paid another order.
+-- On Citus, where both keys are per account, sessions and payments are also claimed across accounts
+-- (sessions:{id} with claim_keys: a session another account holds records nothing, as its key does
+-- here; payments:{id} with claim_unique: a payment another account's order holds fails the statement
+-- with topups_payment_intent_key, as its key does here).
 WITH pay AS (
     SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id,
            nullif((@session_ids::text[])[i], '') AS session_id, nullif((@payment_intents::text[])[i], '') AS payment_intent,
@@ -104,29 +122,38 @@ WITH pay AS (
       AND lower(t.currency) = lower(s.currency)
     RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
               t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
-), recorded_paid AS (
-    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT s.id, a.id, s.session_id, s.amount, a.currency, 'paid', s.payment_intent, s.paid_event_id, now()
+), to_record AS (
+    SELECT s.id, a.id AS account_id, s.session_id, s.amount, a.currency, s.payment_intent, s.paid_event_id
     FROM pay s
     JOIN accounts a ON a.id = s.account_id AND lower(a.currency) = lower(s.currency)
     WHERE s.session_id IS NOT NULL
       AND a.id = ANY(@account_ids::text[])
+), sessions_claimed AS (
+    SELECT c.key
+    FROM claim_keys(ARRAY(SELECT 'sessions:' || r.session_id FROM to_record r), ARRAY(SELECT r.account_id FROM to_record r)) AS c (key)
+), recorded_paid AS (
+    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
+    SELECT r.id, r.account_id, r.session_id, r.amount, r.currency, 'paid', r.payment_intent, r.paid_event_id, now()
+    FROM to_record r
+    WHERE 'sessions:' || r.session_id IN (SELECT key FROM sessions_claimed)
     -- The session's key alone: a payment that paid another order still fails the statement.
     ON CONFLICT ON CONSTRAINT topups_session_id_key DO NOTHING
     RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
               created_at, paid_at, idempotency_key, request_fingerprint
+), paid AS (
+    SELECT * FROM paid_by_session
+    UNION ALL
+    SELECT * FROM paid_by_id
+    UNION ALL
+    SELECT * FROM recorded_paid
+), payments_claimed AS (
+    SELECT claim_unique(ARRAY(SELECT 'payments:' || p.payment_intent FROM paid p WHERE p.payment_intent IS NOT NULL),
+                        ARRAY(SELECT p.account_id FROM paid p WHERE p.payment_intent IS NOT NULL),
+                        'topups', 'topups_payment_intent_key')
 )
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
-       paid_at, idempotency_key, request_fingerprint
-FROM paid_by_session
-UNION ALL
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
-       paid_at, idempotency_key, request_fingerprint
-FROM paid_by_id
-UNION ALL
-SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at,
-       paid_at, idempotency_key, request_fingerprint
-FROM recorded_paid;
+SELECT p.id, p.account_id, p.session_id, p.payment_intent, p.amount, p.currency, p.status, p.checkout_url,
+       p.paid_event_id, p.created_at, p.paid_at, p.idempotency_key, p.request_fingerprint
+FROM paid p, payments_claimed;
 
 -- name: TopupsListForPayments :many
 -- The orders of any of the given payments, Checkout Sessions or order ids (topups_payment_intent_key,

@@ -718,7 +718,7 @@ func (q *Queries) HoldsPaidTwice(ctx context.Context) ([]HoldsPaidTwiceRow, erro
 
 const holdsVoid = `-- name: HoldsVoid :one
 UPDATE holds
-SET status = CASE WHEN expires_at > now() THEN 'voided' ELSE 'expired' END, resolved_at = now()
+SET status = holds_resolution(expires_at, now()), resolved_at = now()
 WHERE account_id = $1
   AND id = $2
   AND status = 'held'

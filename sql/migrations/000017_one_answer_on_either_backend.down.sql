@@ -1,0 +1,2 @@
+DROP FUNCTION holds_resolution(timestamptz, timestamptz);
+DROP FUNCTION claim_unique(text[], text[], text, text);
