@@ -338,7 +338,7 @@ func (b *bench) billing(ctx context.Context) {
 		b.billingCluster(ctx)
 		return
 	}
-	switch _, err := os.Stat("reconcile"); {
+	switch _, err := os.Stat("internal/reconcile"); {
 	case err != nil:
 		b.rows = append(b.rows, row{result: result{workload: "billing"}, note: "no reconcile package in this tree"})
 		return
