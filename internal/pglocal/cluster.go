@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A Citus cluster for trying and testing onceledger scaled out (SPEC §15): a coordinator and two workers,
@@ -161,7 +163,18 @@ func (c *Cluster) Database(ctx context.Context, name string) (string, error) {
 // DropDatabase drops the named database on every node, closing its connections.
 func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
 	for _, node := range c.nodes() {
-		if err := execOn(ctx, node, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		// A worker's database may be reached again by its maintenance daemon, or by a connection from the
+		// coordinator being closed, right after FORCE closed the others: then it is dropped again shortly.
+		var err error
+		for attempt := 0; attempt < 20; attempt++ {
+			err = execOn(ctx, node, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
 			return fmt.Errorf("drop database %s on %s: %w", name, node, err)
 		}
 	}

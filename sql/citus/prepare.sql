@@ -31,12 +31,15 @@
 -- ledger_batches (the entries are inserted one shard at a time) and stripe_events_lock_parked (one event
 -- at a time). No Citus statement inserts entries of its own.
 --
--- The chain: ledger_chain (migration 000006) is a statement-level trigger reading its transition table.
--- Citus runs a distributed table's triggers on its shards, where a transition table cannot be read from
--- the trigger's SQL ("executor could not find named tuplestore"). Here it becomes a row-level trigger of
--- the same name and the same rule, run on each shard: each entry must continue its account's chain
--- exactly (seq = last_seq + 1, balance_after = balance + amount), and it moves the account row, which is
--- on the same node (colocated), in the same local transaction.
+-- The chain and the lots: ledger_chain (migration 000006) and ledger_lots (000009, 000012) are
+-- statement-level triggers reading their transition table. Citus runs a distributed table's triggers on
+-- its shards, once per statement a shard receives, with the transition table of the rows that shard got.
+-- There a statement naming a distributed table is planned by Citus, which cannot hand it the transition
+-- table ("executor could not find named tuplestore"), and whose planning of a statement per row costs
+-- tens of times the row's own work. So the Citus forms below keep the triggers and their rules, set-based
+-- as on plain PostgreSQL, and name the colocated shards of the account tables instead (shard_of: all on
+-- this node, one shard each, since every entry of a shard's statement is on this shard's accounts):
+-- PostgreSQL plans those statements itself, with the transition table.
 
 -- The append-only refusal names the logical table, not the shard the trigger runs on, and says so in its
 -- detail too (the one field Citus relays from a shard), so that the application recognises it
@@ -60,24 +63,63 @@ COMMENT ON FUNCTION ledger_refuse_change() IS
     'Raises restrict_violation naming constraint ledger_append_only on table ledger for any UPDATE, DELETE '
     'or TRUNCATE of the ledger (on Citus, run on each shard).';
 
+-- shard_of names the shard of a table of an account's data (accountTables, colocated with accounts)
+-- that holds the account.
+CREATE OR REPLACE FUNCTION shard_of(p_table regclass, p_account_id text)
+    RETURNS text
+    LANGUAGE sql STABLE AS
+$$
+SELECT shard_name(p_table, get_shard_id_for_distribution_column(p_table, p_account_id));
+$$;
+
+COMMENT ON FUNCTION shard_of(regclass, text) IS
+    'On Citus: the name of the shard of p_table (an account table, colocated with accounts) that holds '
+    'p_account_id, for statements run on that shard''s node by the triggers of the colocated ledger shard.';
+
+-- Earlier forms of this file made both triggers row-level.
 DROP TRIGGER IF EXISTS ledger_chain ON ledger;
-DROP FUNCTION IF EXISTS ledger_chain_advance();
+DROP FUNCTION IF EXISTS ledger_chain_advance_entry();
 
 -- mirrors ledger_chain_advance of 000006_ledger_history.up.sql sha256 70b21839f18c4ce2b8b2cb3cd0eb15f93dd4ccda3ffad8a7073b0fed363a3505
-CREATE OR REPLACE FUNCTION ledger_chain_advance_entry() RETURNS trigger
+CREATE OR REPLACE FUNCTION ledger_chain_advance() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 DECLARE
-    -- The shard of accounts colocated with this ledger shard: the account's row is on this node.
-    accounts_shard text := shard_name('accounts'::regclass,
-                                      get_shard_id_for_distribution_column('accounts', NEW.account_id));
-    moved int;
+    accounts_shard  text;
+    posted_accounts bigint;
+    moved_accounts  bigint;
 BEGIN
-    EXECUTE format('UPDATE %s SET balance = $1, last_seq = $2 '
-                   'WHERE id = $3 AND last_seq = $2 - 1 AND balance::numeric = $1::numeric - $4', accounts_shard)
-        USING NEW.balance_after, NEW.seq, NEW.account_id, NEW.amount;
-    GET DIAGNOSTICS moved = ROW_COUNT;
-    IF moved <> 1 THEN
+    SELECT shard_of('accounts', min(account_id)) INTO accounts_shard FROM new_entries;
+    IF accounts_shard IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format($sql$
+        WITH steps AS (
+            SELECT account_id, seq, amount, balance_after,
+                   -- Each entry continues the one before it in the statement.
+                   coalesce(balance_after - amount = lag(balance_after) OVER w, true) AS linked,
+                   CASE WHEN lead(seq) OVER w IS NULL THEN balance_after END AS closing
+            FROM new_entries
+            WINDOW w AS (PARTITION BY account_id ORDER BY seq)
+        ), per_account AS (
+            SELECT account_id, count(*) AS entries, min(seq) AS first_seq, max(seq) AS last_seq,
+                   sum(amount::numeric) AS total, bool_and(linked) AS linked, max(closing) AS closing
+            FROM steps
+            GROUP BY account_id
+        ), moved AS (
+            UPDATE %s a
+            SET balance = p.closing, last_seq = p.last_seq
+            FROM per_account p
+            WHERE a.id = p.account_id
+              AND p.linked
+              AND p.first_seq = a.last_seq + 1
+              AND p.last_seq = a.last_seq + p.entries
+              AND p.closing = a.balance + p.total
+            RETURNING a.id
+        )
+        SELECT (SELECT count(*) FROM per_account), (SELECT count(*) FROM moved)$sql$, accounts_shard)
+    INTO posted_accounts, moved_accounts;
+    IF moved_accounts <> posted_accounts THEN
         RAISE EXCEPTION 'ledger entries do not continue their account''s chain'
             USING ERRCODE = 'check_violation',
                   CONSTRAINT = 'ledger_chain',
@@ -90,30 +132,27 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION ledger_chain_advance_entry() IS
-    'On Citus, after each inserted ledger entry, on its shard: moves the colocated accounts row to the entry''s '
-    'seq and balance_after, or raises check_violation naming constraint ledger_chain on table ledger when the '
-    'entry does not continue its account''s chain exactly (ledger_chain_advance, one entry at a time).';
+COMMENT ON FUNCTION ledger_chain_advance() IS
+    'On Citus, after each statement a ledger shard receives: moves the colocated accounts shard''s rows to '
+    'each account''s last seq and balance_after, or raises check_violation naming constraint ledger_chain on '
+    'table ledger (in its detail too, which Citus relays) when the entries do not continue their account''s '
+    'chain exactly. The rule of the plain form, with the accounts shard named.';
 
 CREATE TRIGGER ledger_chain
     AFTER INSERT ON ledger
-    FOR EACH ROW EXECUTE FUNCTION ledger_chain_advance_entry();
+    REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_chain_advance();
 
 COMMENT ON TRIGGER ledger_chain ON ledger IS
-    'On Citus: the chain rule and the cached balance are held by the database on each shard: every entry must '
-    'continue its account''s seq and balance_after from accounts.last_seq and accounts.balance, which this '
-    'trigger then moves. No posting path can forget the balance or break the chain.';
+    'On Citus, as on plain PostgreSQL: the chain rule and the cached balance are held by the database, per '
+    'statement on each shard: every entry must continue its account''s seq and balance_after from '
+    'accounts.last_seq and accounts.balance, which this trigger then moves.';
 
--- Credit lots (migration 000009): ledger_lots is a statement-level trigger reading its transition table
--- too. Here it becomes a row-level trigger of the same name and the same rule, run on each shard after
--- ledger_chain (trigger names fire in order, row by row): each entry moves the lots of its account, whose
--- tables are colocated with the ledger (db/citus.go), in its seq order under the account's row lock. It
--- runs lots_apply_entry, the per-entry rules ledger_lots_apply runs too; what differs from
--- ledger_lots_apply is only that statements of plain debits or plain credits go entry by entry.
--- lots_draw on Citus: the same allocation (running sums of demands in seq order against lots in draw
--- order), for the demands of ONE account, named as a value in every statement, so that Citus can route
--- each to the account's shard from inside the shard's trigger (a join on the arrays' accounts cannot be
--- planned there). Every caller passes one account: ledger_lots per entry, lots_repay per account.
+-- Credit lots (migrations 000009, 000012). lots_draw on Citus: the same allocation (running sums of
+-- demands in seq order against lots in draw order), set-based over every account of the call, on the
+-- shards of credit_lots, lot_draws and lot_debts that hold them. Every caller runs on the node of those
+-- accounts' shards with accounts of one shard: ledger_lots for the entries of a ledger shard's
+-- statement, lots_repay and lots_apply_entry for one account.
 -- mirrors lots_draw of 000009_credit_lots.up.sql sha256 b2bf0b6159626aeadbd7e674d094536871b85f9eff87633c7019895215de1956
 CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint, p_repay boolean)
     RETURNS void
@@ -122,97 +161,154 @@ $$
 DECLARE
     account text := p_accounts[1];
 BEGIN
-    IF array_length(p_accounts, 1) IS NULL THEN
+    IF account IS NULL THEN
         RETURN;
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_accounts) a WHERE a IS DISTINCT FROM account) THEN
-        RAISE EXCEPTION 'lots_draw on Citus draws for one account at a time';
+    IF EXISTS (
+        SELECT 1 FROM unnest(p_accounts) a
+        WHERE get_shard_id_for_distribution_column('accounts', a) <> get_shard_id_for_distribution_column('accounts', account)
+    ) THEN
+        RAISE EXCEPTION 'lots_draw on Citus draws for the accounts of one shard at a time';
     END IF;
-    WITH demand AS (
-        SELECT d.entry_id, d.seq, d.need,
-               sum(d.need) OVER (ORDER BY d.seq ROWS UNBOUNDED PRECEDING) - d.need AS lo
-        FROM unnest(p_entries, p_seqs, p_needs) AS d (entry_id, seq, need)
-    ), supply AS MATERIALIZED (
-        SELECT s.lot_id, s.remaining, s.lo
-        FROM (
-            SELECT l.id AS lot_id, l.remaining,
-                   sum(l.remaining) OVER (
-                       ORDER BY coalesce(l.id = p_first_lot, false) DESC, l.priority, l.expires_at NULLS LAST,
-                                l.category = 'paid', l.id
-                       ROWS UNBOUNDED PRECEDING) - l.remaining AS lo
-            FROM credit_lots l
-            WHERE l.account_id = account AND l.closed_at IS NULL AND l.remaining > 0
-        ) s
-        WHERE s.lo < (SELECT sum(need) FROM demand)
-    ), draws AS MATERIALIZED (
-        SELECT d.entry_id, s.lot_id,
-               (least(d.lo + d.need, s.lo + s.remaining) - greatest(d.lo, s.lo))::bigint AS amount
-        FROM demand d
-        JOIN supply s ON s.lo < d.lo + d.need AND d.lo < s.lo + s.remaining
-    ), drawn AS (
-        INSERT INTO lot_draws AS x (account_id, entry_id, lot_id, amount)
-        SELECT account, entry_id, lot_id, amount FROM draws
-        ON CONFLICT (account_id, entry_id, lot_id) DO UPDATE SET amount = x.amount + excluded.amount
-    ), lots AS (
-        UPDATE credit_lots l
-        SET remaining = l.remaining - t.amount
-        FROM (SELECT lot_id, sum(amount)::bigint AS amount FROM draws GROUP BY lot_id) t
-        WHERE l.account_id = account AND l.id = t.lot_id
-    ), uncovered AS MATERIALIZED (
-        SELECT d.entry_id, d.seq, (d.need - coalesce(w.amount, 0))::bigint AS uncovered
-        FROM demand d
-        LEFT JOIN (SELECT entry_id, sum(amount) AS amount FROM draws GROUP BY entry_id) w ON w.entry_id = d.entry_id
-    ), owed AS (
-        INSERT INTO lot_debts (account_id, entry_id, seq, uncovered)
-        SELECT account, entry_id, seq, uncovered FROM uncovered WHERE uncovered > 0
-        ON CONFLICT (account_id, entry_id) DO UPDATE SET uncovered = excluded.uncovered
-    )
-    DELETE FROM lot_debts x
-    USING uncovered u
-    WHERE x.account_id = account AND u.uncovered = 0 AND x.entry_id = u.entry_id;
+    EXECUTE format($sql$
+        WITH demand AS (
+            SELECT d.account_id, d.entry_id, d.seq, d.need,
+                   sum(d.need) OVER (PARTITION BY d.account_id ORDER BY d.seq ROWS UNBOUNDED PRECEDING) - d.need AS lo
+            FROM unnest($1, $2, $3, $4) AS d (account_id, entry_id, seq, need)
+        ), totals AS (
+            SELECT account_id, sum(need) AS total FROM demand GROUP BY account_id
+        ), supply AS MATERIALIZED (
+            SELECT t.account_id, s.lot_id, s.remaining, s.lo
+            FROM totals t
+            CROSS JOIN LATERAL (
+                SELECT l.id AS lot_id, l.remaining,
+                       sum(l.remaining) OVER (
+                           ORDER BY coalesce(l.id = $5, false) DESC, l.priority, l.expires_at NULLS LAST,
+                                    l.category = 'paid', l.id
+                           ROWS UNBOUNDED PRECEDING) - l.remaining AS lo
+                FROM %1$s l
+                WHERE l.account_id = t.account_id AND l.closed_at IS NULL AND l.remaining > 0
+            ) s
+            WHERE s.lo < t.total
+        ), draws AS MATERIALIZED (
+            SELECT d.account_id, d.entry_id, s.lot_id,
+                   (least(d.lo + d.need, s.lo + s.remaining) - greatest(d.lo, s.lo))::bigint AS amount
+            FROM demand d
+            JOIN supply s ON s.account_id = d.account_id AND s.lo < d.lo + d.need AND d.lo < s.lo + s.remaining
+        ), drawn AS (
+            INSERT INTO %2$s (account_id, entry_id, lot_id, amount)
+            SELECT account_id, entry_id, lot_id, amount FROM draws WHERE NOT $6
+        ), redrawn AS (
+            INSERT INTO %2$s AS x (account_id, entry_id, lot_id, amount)
+            SELECT account_id, entry_id, lot_id, amount FROM draws WHERE $6
+            ON CONFLICT (account_id, entry_id, lot_id) DO UPDATE SET amount = x.amount + excluded.amount
+        ), lots AS (
+            UPDATE %1$s l
+            SET remaining = l.remaining - t.amount
+            FROM (SELECT account_id, lot_id, sum(amount)::bigint AS amount FROM draws GROUP BY account_id, lot_id) t
+            WHERE l.account_id = t.account_id AND l.id = t.lot_id
+        ), uncovered AS MATERIALIZED (
+            SELECT d.account_id, d.entry_id, d.seq, (d.need - coalesce(w.amount, 0))::bigint AS uncovered
+            FROM demand d
+            LEFT JOIN (SELECT account_id, entry_id, sum(amount) AS amount FROM draws GROUP BY account_id, entry_id) w
+                ON w.account_id = d.account_id AND w.entry_id = d.entry_id
+        ), owed AS (
+            INSERT INTO %3$s AS x (account_id, entry_id, seq, uncovered)
+            SELECT account_id, entry_id, seq, uncovered FROM uncovered WHERE uncovered > 0
+            ON CONFLICT (account_id, entry_id) DO UPDATE SET uncovered = excluded.uncovered
+        )
+        DELETE FROM %3$s x
+        USING uncovered u
+        WHERE u.uncovered = 0 AND x.account_id = u.account_id AND x.entry_id = u.entry_id$sql$,
+        shard_of('credit_lots', account), shard_of('lot_draws', account), shard_of('lot_debts', account))
+    USING p_accounts, p_entries, p_seqs, p_needs, p_first_lot, p_repay;
 END;
 $$;
 
 COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean) IS
-    'On Citus: draws the demands of one account (entry, seq, amount needed; arrays in lockstep) from its '
-    'open lots in draw order (p_first_lot first, when given), on the account''s shard: lot_draws (added to '
-    'for a repaid debt), lots'' remaining, and lot_debts for what no lot covered. Called by ledger_lots and '
-    'lots_repay under the account''s row lock.';
+    'On Citus: draws the demands (account, entry, seq, amount needed; arrays in lockstep) of accounts of one '
+    'shard from their open lots in draw order (p_first_lot first, when given), on that shard''s node: '
+    'lot_draws (added to for a repaid debt), lots'' remaining, and lot_debts for what no lot covered. Called '
+    'by ledger_lots, lots_repay and lots_apply_entry under the accounts'' row locks.';
 
+-- Earlier forms of this file made ledger_lots row-level.
 DROP TRIGGER IF EXISTS ledger_lots ON ledger;
-DROP FUNCTION IF EXISTS ledger_lots_apply();
+DROP FUNCTION IF EXISTS ledger_lots_apply_entry();
 
+-- ledger_lots on Citus: the plain form's two set-based paths (a statement of plain debits: one
+-- allocation; of plain credits on accounts without debt: one insert of their lots) on the shards of the
+-- statement's accounts; every other statement entry by entry through lots_apply_entry, as on plain
+-- PostgreSQL (its statements are Citus's router statements to this node's shards).
 -- mirrors ledger_lots_apply of 000012_one_road.up.sql sha256 ad2161e24c9aa05f3c425ca0fe75be781314a51214aaf9077eb5bfc1752d4f4c
-CREATE OR REPLACE FUNCTION ledger_lots_apply_entry() RETURNS trigger
+CREATE OR REPLACE FUNCTION ledger_lots_apply() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
+DECLARE
+    account text;
+    debt    boolean;
+    e       ledger;
 BEGIN
-    -- On a shard NEW is a row of the shard's table (ledger_NNNNNN): the same columns, another type.
-    PERFORM lots_apply_entry(NEW::text::ledger);
+    SELECT min(account_id) INTO account FROM new_entries;
+    IF account IS NULL THEN
+        RETURN NULL;
+    END IF;
+
+    IF NOT EXISTS (
+        SELECT 1 FROM new_entries WHERE amount > 0 OR kind IN ('refund', 'dispute', 'expiry', 'void')
+    ) THEN
+        PERFORM lots_draw(array_agg(account_id), array_agg(id), array_agg(seq), array_agg(-amount), NULL, false)
+        FROM new_entries;
+        RETURN NULL;
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM new_entries WHERE amount < 0 OR kind IN ('refund_restore', 'dispute_won')) THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s d WHERE d.account_id IN (SELECT account_id FROM new_entries))',
+                       shard_of('lot_debts', account))
+        INTO debt;
+        IF NOT debt THEN
+            -- A shard has no identity of its own: the ids come from this node's range of the table's
+            -- sequence (as Citus draws them), in the order the plain form inserts.
+            EXECUTE format($sql$
+                INSERT INTO %s (id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+                SELECT nextval(%L::regclass), n.*
+                FROM (
+                    SELECT n.account_id, n.id,
+                           coalesce(n.lot_category, CASE WHEN n.kind = 'topup' THEN 'paid' ELSE 'promotional' END),
+                           coalesce(n.lot_priority, 50), n.amount, n.amount, n.lot_expires_at, n.created_at
+                    FROM new_entries n
+                    ORDER BY n.account_id, n.seq
+                ) n$sql$, shard_of('credit_lots', account), pg_get_serial_sequence('credit_lots', 'id'));
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    -- A shard's rows have the shard's row type (ledger_NNNNNN): the same columns as ledger.
+    FOR e IN SELECT (n::text::ledger).* FROM new_entries n ORDER BY n.account_id, n.seq LOOP
+        PERFORM lots_apply_entry(e);
+    END LOOP;
     RETURN NULL;
 END;
 $$;
 
-COMMENT ON FUNCTION ledger_lots_apply_entry() IS
-    'On Citus, after each inserted ledger entry (after ledger_chain), on its shard: ledger_lots_apply one '
-    'entry at a time. Credits make lots (and repay debt), debits draw lots in draw order, refunds and '
-    'disputes their payment''s lot first, restores refill what their reversal drew, expiry and void entries '
-    'take and close their lot; every statement on the account''s colocated lot shards.';
+COMMENT ON FUNCTION ledger_lots_apply() IS
+    'On Citus, after each statement a ledger shard receives (after ledger_chain): the plain form''s rules, '
+    'set-based on the node''s shards of the lot tables for plain debits and for plain credits without debt, '
+    'entry by entry (lots_apply_entry) otherwise.';
 
 CREATE TRIGGER ledger_lots
     AFTER INSERT ON ledger
-    FOR EACH ROW EXECUTE FUNCTION ledger_lots_apply_entry();
+    REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION ledger_lots_apply();
 
 COMMENT ON TRIGGER ledger_lots ON ledger IS
-    'On Citus: every entry moves the lots of its account on its shard, right after ledger_chain moved the '
-    'account, in seq order under the account lock: no posting path can forget a lot, and the order is the '
-    'ledger''s.';
+    'On Citus, as on plain PostgreSQL: every entry moves the lots of its account, per statement on each '
+    'shard, right after ledger_chain moved the account, in seq order under the account lock.';
 
 -- Auto-recharge and alerts (migration 000010): accounts_available_watch is deferred to commit, when it
 -- runs on the accounts shard that the debit moved, before the worker prepares its part of the two-phase
 -- commit. There Citus cannot plan a query on a distributed table (it refuses "a distributed query from a
 -- query on a shard" and the commit fails), so this variant of the same rule names the account's
--- colocated shards, all on this node, as ledger_chain_advance_entry does. The keys the shards carry
+-- colocated shards, all on this node, as ledger_chain_advance does. The keys the shards carry
 -- have the shard's suffix in their names, so conflicts are named by their columns
 -- (recharge_attempts_episode_key is (account_id, episode), balance_alerts_pkey (account_id, threshold,
 -- episode)).
@@ -403,10 +499,14 @@ $$
 DECLARE
     claimed bigint;
 BEGIN
-    INSERT INTO dedupe_claims AS c (dedupe_key, account_id)
-    SELECT k.key, k.account_id FROM unnest(p_keys, p_account_ids) AS k (key, account_id)
-    ON CONFLICT (dedupe_key) DO NOTHING;
-    GET DIAGNOSTICS claimed = ROW_COUNT;
+    -- Counted from RETURNING: Citus reports the rows an INSERT ... SELECT read as its ROW_COUNT, inserted or not.
+    WITH fresh AS (
+        INSERT INTO dedupe_claims AS c (dedupe_key, account_id)
+        SELECT k.key, k.account_id FROM unnest(p_keys, p_account_ids) AS k (key, account_id)
+        ON CONFLICT (dedupe_key) DO NOTHING
+        RETURNING c.dedupe_key
+    )
+    SELECT count(*) INTO claimed FROM fresh;
     IF claimed = coalesce(cardinality(p_keys), 0) THEN
         RETURN QUERY SELECT unnest(p_keys);
         RETURN;
