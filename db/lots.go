@@ -75,6 +75,16 @@ func Lots(ctx context.Context, q Conn, accountID string, all bool, limit int32) 
 // GetLot returns a lot by its id, or ErrLotNotFound.
 func GetLot(ctx context.Context, q Conn, id int64) (Lot, error) {
 	r, err := dbsqlc.New(q).CreditLotsGet(ctx, id)
+	return lotOrNotFound(r, err, id)
+}
+
+// lotOfAccount returns a lot of a known account, or ErrLotNotFound.
+func lotOfAccount(ctx context.Context, q Conn, accountID string, id int64) (Lot, error) {
+	r, err := dbsqlc.New(q).CreditLotsGetOfAccount(ctx, dbsqlc.CreditLotsGetOfAccountParams{AccountID: accountID, ID: id})
+	return lotOrNotFound(dbsqlc.CreditLotsGetRow(r), err, id)
+}
+
+func lotOrNotFound(r dbsqlc.CreditLotsGetRow, err error, id int64) (Lot, error) {
 	if isNoRows(err) {
 		return Lot{}, fmt.Errorf("%w: %d", ErrLotNotFound, id)
 	}
@@ -133,7 +143,7 @@ func (l *Ledger) VoidLot(ctx context.Context, lotID int64) (LotVoided, error) {
 			return err
 		}
 		// Read again under the lock: what is left now.
-		if lot, err = GetLot(ctx, tx, lotID); err != nil {
+		if lot, err = lotOfAccount(ctx, tx, lot.AccountID, lotID); err != nil {
 			return err
 		}
 		switch {
@@ -153,7 +163,7 @@ func (l *Ledger) VoidLot(ctx context.Context, lotID int64) (LotVoided, error) {
 			}
 			out.Posted, out.Entry = posted.New, posted.Entry
 		}
-		out.Lot, err = GetLot(ctx, tx, lotID)
+		out.Lot, err = lotOfAccount(ctx, tx, lot.AccountID, lotID)
 		return err
 	})
 	return out, err

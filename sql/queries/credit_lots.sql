@@ -17,6 +17,13 @@ SELECT id, account_id, entry_id, category, priority, amount, remaining, expires_
 FROM credit_lots
 WHERE id = @id;
 
+-- name: CreditLotsGetOfAccount :one
+-- A lot of a known account (credit_lots_pkey): on Citus one shard, where CreditLotsGet asks every one.
+-- Returns no row when the account has no such lot.
+SELECT id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at
+FROM credit_lots
+WHERE account_id = @account_id AND id = @id;
+
 -- name: CreditLotsClose :one
 -- Closes an open lot with nothing left (voided or expired empty: no entry to post). Returns no row when
 -- it was closed already or still holds credit.

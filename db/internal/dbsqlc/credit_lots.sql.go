@@ -194,6 +194,50 @@ func (q *Queries) CreditLotsGet(ctx context.Context, id int64) (CreditLotsGetRow
 	return i, err
 }
 
+const creditLotsGetOfAccount = `-- name: CreditLotsGetOfAccount :one
+SELECT id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at
+FROM credit_lots
+WHERE account_id = $1 AND id = $2
+`
+
+type CreditLotsGetOfAccountParams struct {
+	AccountID string
+	ID        int64
+}
+
+type CreditLotsGetOfAccountRow struct {
+	ID        int64
+	AccountID string
+	EntryID   int64
+	Category  string
+	Priority  int16
+	Amount    int64
+	Remaining int64
+	ExpiresAt *time.Time
+	CreatedAt time.Time
+	ClosedAt  *time.Time
+}
+
+// A lot of a known account (credit_lots_pkey): on Citus one shard, where CreditLotsGet asks every one.
+// Returns no row when the account has no such lot.
+func (q *Queries) CreditLotsGetOfAccount(ctx context.Context, arg CreditLotsGetOfAccountParams) (CreditLotsGetOfAccountRow, error) {
+	row := q.db.QueryRow(ctx, creditLotsGetOfAccount, arg.AccountID, arg.ID)
+	var i CreditLotsGetOfAccountRow
+	err := row.Scan(
+		&i.ID,
+		&i.AccountID,
+		&i.EntryID,
+		&i.Category,
+		&i.Priority,
+		&i.Amount,
+		&i.Remaining,
+		&i.ExpiresAt,
+		&i.CreatedAt,
+		&i.ClosedAt,
+	)
+	return i, err
+}
+
 const creditLotsListByAccount = `-- name: CreditLotsListByAccount :many
 
 SELECT id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at, closed_at
