@@ -30,10 +30,12 @@ func TestDecisionsIntakeCountsDuplicatesAndConflicts(t *testing.T) {
 		{"id": "d4", "account_id": "acct_a", "cost": 1},  // new
 		{"id": "d4", "account_id": "acct_b", "cost": 1},  // repeated with another account: conflict
 		{"id": "d1", "account_id": "acct_a", "cost": 10}, // duplicate again
+		// Stored before with another account (on Citus, on another shard): conflict.
+		{"id": "d1", "account_id": "acct_b", "cost": 10},
 	}).want(t, http.StatusOK, "")
 	if second.JSON["accepted"] != float64(2) || second.JSON["duplicates"] != float64(3) ||
-		fmt.Sprint(second.JSON["conflicts"]) != "[d2 d4]" {
-		t.Fatalf("second batch: %s, want accepted 2, duplicates 3, conflicts [d2 d4]", second.Body)
+		fmt.Sprint(second.JSON["conflicts"]) != "[d2 d4 d1]" {
+		t.Fatalf("second batch: %s, want accepted 2, duplicates 3, conflicts [d2 d4 d1]", second.Body)
 	}
 
 	rows, err := s.pool.Query(t.Context(), `SELECT id || ':' || account_id || ':' || cost FROM decisions ORDER BY id`)

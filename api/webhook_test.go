@@ -428,28 +428,34 @@ func TestWebhookRejectsUnverifiedDeliveries(t *testing.T) {
 	t.Parallel()
 	body := topupEvent("evt_topup", "cs_1", "pi_1", "acct_1", 1000)
 	huge := append(bytes.Repeat([]byte(" "), 2<<20), body...)
+	// Signed when the subtest runs, not when the table is built: parallel subtests may wait minutes for
+	// their turn, which would make every signature stale.
+	signed := func(b []byte, secret string, age time.Duration) func() string {
+		return func() string { return sign(b, secret, time.Now().Add(-age)) }
+	}
+	header := func(h string) func() string { return func() string { return h } }
 	tests := []struct {
 		name      string
 		body      []byte
-		signature string
+		signature func() string
 		status    int
 		code      string
 	}{
-		{"tampered body", bytes.Replace(body, []byte("1000"), []byte("9000"), 1), sign(body, testSecret, time.Now()), 400, "invalid_signature"},
-		{"wrong secret", body, sign(body, "whsec_someone_else", time.Now()), 400, "invalid_signature"},
-		{"garbled header", body, "t=abc,v1=zz", 400, "invalid_signature"},
-		{"stale timestamp", body, sign(body, testSecret, time.Now().Add(-301*time.Second)), 400, "stale_signature"},
-		{"missing header", body, "", 400, "missing_signature"},
-		{"malformed JSON", []byte(`{"id":"evt_1",`), sign([]byte(`{"id":"evt_1",`), testSecret, time.Now()), 400, "invalid_json"},
-		{"JSON but not an event", []byte(`{"hello":"world"}`), sign([]byte(`{"hello":"world"}`), testSecret, time.Now()), 400, "invalid_event"},
-		{"2 MiB body", huge, sign(huge, testSecret, time.Now()), 413, "body_too_large"},
+		{"tampered body", bytes.Replace(body, []byte("1000"), []byte("9000"), 1), signed(body, testSecret, 0), 400, "invalid_signature"},
+		{"wrong secret", body, signed(body, "whsec_someone_else", 0), 400, "invalid_signature"},
+		{"garbled header", body, header("t=abc,v1=zz"), 400, "invalid_signature"},
+		{"stale timestamp", body, signed(body, testSecret, 301*time.Second), 400, "stale_signature"},
+		{"missing header", body, header(""), 400, "missing_signature"},
+		{"malformed JSON", []byte(`{"id":"evt_1",`), signed([]byte(`{"id":"evt_1",`), testSecret, 0), 400, "invalid_json"},
+		{"JSON but not an event", []byte(`{"hello":"world"}`), signed([]byte(`{"hello":"world"}`), testSecret, 0), 400, "invalid_event"},
+		{"2 MiB body", huge, signed(huge, testSecret, 0), 413, "body_too_large"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := newWebhookServer(t)
 			s.createAccount("acct_1", "gbp")
-			r := s.post(tt.body, tt.signature)
+			r := s.post(tt.body, tt.signature())
 			if r.status != tt.status || r.OK || r.Error.Code != tt.code {
 				t.Fatalf("answered %d %s, want %d %s", r.status, r.raw, tt.status, tt.code)
 			}
@@ -603,6 +609,13 @@ func TestWebhookParksWhatItCannotApply(t *testing.T) {
 			reason: "dedupe_conflict",
 		},
 		{
+			// On Citus the two accounts' orders are on different shards: the payment is claimed across them.
+			name:   "payment that already paid another account's order",
+			setup:  func(s *webhookServer) { s.createAccount("acct_2", "gbp") },
+			event:  topupEvent("evt_other_account", "cs_other", "pi_1", "acct_2", 1000),
+			reason: "dedupe_conflict",
+		},
+		{
 			name:   "session for an account that does not exist",
 			event:  topupEvent("evt_nobody", "cs_2", "pi_2", "acct_missing", 500),
 			reason: "unknown_account",
@@ -672,6 +685,28 @@ func TestWebhookRecordsWhatIsNotCredited(t *testing.T) {
 		}
 	}
 	s.wantBalance("acct_1", 0)
+}
+
+// A Checkout Session is one order's: delivered again naming another account (whose orders, on Citus, are
+// on another shard), it records no second order and credits nothing.
+func TestWebhookSessionOfAnotherAccountsOrderCreditsNothing(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t)
+	s.createAccount("acct_1", "gbp")
+	s.createAccount("acct_2", "gbp")
+	s.deliver(topupEvent("evt_topup", "cs_1", "pi_1", "acct_1", 1000))
+	r := s.deliver(topupEvent("evt_same_session", "cs_1", "pi_other", "acct_2", 1000))
+	if r.Credited || r.Parked != "" {
+		t.Fatalf("answered %+v, want nothing credited", r)
+	}
+	if outcome, _ := s.eventOutcome(r.Event); outcome != "applied" {
+		t.Fatalf("stored as %s, want applied", outcome)
+	}
+	s.wantBalance("acct_1", 1000)
+	s.wantBalance("acct_2", 0)
+	if n := s.count(`SELECT count(*) FROM topups WHERE session_id = 'cs_1'`); n != 1 {
+		t.Fatalf("%d orders of the session, want 1", n)
+	}
 }
 
 // A refund racing its own top-up either sees the paid order or is parked before the top-up looks for

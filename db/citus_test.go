@@ -9,7 +9,7 @@ import (
 )
 
 // On plain PostgreSQL `migrate up` leaves the seed's schema exactly as the migrations wrote it: the
-// distribute step runs only where the citus extension is (the suite in scaleout/ tests that side).
+// distribute step runs only where the citus extension is (TestCitusDistributesTheSchema, in citus_cluster_test.go, tests that side).
 func TestMigrateUpWithoutCitusKeepsTheSeedsGuarantees(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -97,6 +97,50 @@ func TestPostSameKeyConcurrentlyPostsOnce(t *testing.T) {
 	}
 }
 
+// One key posted 64 times at once, spread over four accounts (on Citus, over shards and nodes): one
+// entry; the other accounts' postings are conflicts, never a second entry, whoever wins.
+func TestKeyRacedOverFourAccountsPostsOnce(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	accounts := []string{"acct_race_a", "acct_race_b", "acct_race_c", "acct_race_d"}
+	for _, a := range accounts {
+		createAccount(t, pool, a)
+	}
+	var (
+		wg                sync.WaitGroup
+		mu                sync.Mutex
+		posted, conflicts int
+		winner            string
+	)
+	for i := range 64 {
+		wg.Go(func() {
+			account := accounts[i%len(accounts)]
+			out, err := post(t, pool, db.Posting{AccountID: account, Kind: db.KindGrant, Amount: 10, DedupeKey: "grant:race"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, db.ErrDedupeConflict):
+				conflicts++
+			case err != nil:
+				t.Errorf("posting: %v", err)
+			case out.New:
+				posted++
+				winner = account
+			}
+		})
+	}
+	wg.Wait()
+	if posted != 1 || conflicts != 48 {
+		t.Fatalf("posted %d, conflicts %d; want 1 and 48 (the other three accounts' 16 each)", posted, conflicts)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE dedupe_key = 'grant:race'`); n != 1 {
+		t.Fatalf("%d entries under the key, want 1", n)
+	}
+	if got := balance(t, pool, winner); got != 10 {
+		t.Fatalf("%s balance %d, want 10", winner, got)
+	}
+}
+
 func TestPostReplayAndConflict(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)

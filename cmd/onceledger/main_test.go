@@ -67,9 +67,14 @@ func startServe(t *testing.T, vars map[string]string) string {
 // startServeWithOutput is startServe, with what serve prints collected in stdout.
 func startServeWithOutput(t *testing.T, vars map[string]string, stdout *output) string {
 	t.Helper()
+	return startServeWithErrors(t, vars, stdout, &output{})
+}
+
+// startServeWithErrors is startServe, with what serve prints collected in stdout and its log in stderr.
+func startServeWithErrors(t *testing.T, vars map[string]string, stdout, stderr *output) string {
+	t.Helper()
 	vars["ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &output{}
 	done := make(chan error, 1)
 	go pprof.Do(ctx, pprof.Labels("serve", t.Name()), func(ctx context.Context) {
 		done <- run(ctx, []string{"serve"}, getenvFrom(vars), stdout, stderr)

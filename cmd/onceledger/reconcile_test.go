@@ -33,10 +33,8 @@ func TestReconcileOnceBillsAndReports(t *testing.T) {
 	t.Parallel()
 	url, pool := databaseWithAccount(t, "acct_cli")
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost)
-		VALUES ('dec_a', 'acct_cli', 2), ('dec_b', 'acct_cli', 3), ('dec_c', 'acct_nobody', 4)`); err != nil {
-		t.Fatal(err)
-	}
+	storeDecisions(t, pool, db.Decision{ID: "dec_a", AccountID: "acct_cli", Cost: 2},
+		db.Decision{ID: "dec_b", AccountID: "acct_cli", Cost: 3}, db.Decision{ID: "dec_c", AccountID: "acct_nobody", Cost: 4})
 	vars := getenvFrom(map[string]string{"DATABASE_URL": url})
 
 	stdout := &output{}
@@ -70,9 +68,8 @@ func TestServeBillsDecisionsInTheBackground(t *testing.T) {
 	url, pool := databaseWithAccount(t, "acct_bg")
 	ctx := context.Background()
 	base := startServe(t, map[string]string{"DATABASE_URL": url, "RECONCILE_INTERVAL": "50ms"})
-	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_bg', 'acct_bg', 7), ('dec_later', 'acct_later', 3)`); err != nil {
-		t.Fatal(err)
-	}
+	storeDecisions(t, pool, db.Decision{ID: "dec_bg", AccountID: "acct_bg", Cost: 7},
+		db.Decision{ID: "dec_later", AccountID: "acct_later", Cost: 3})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		acct, err := db.GetAccount(ctx, pool, "acct_bg")
@@ -151,5 +148,18 @@ func TestReconcileRecoversMissedEventsThroughTheWebhookPath(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct_missed'`).Scan(&balance); err != nil || balance != 600 {
 		t.Fatalf("after a second pass: balance %d, %v", balance, err)
+	}
+}
+
+// storeDecisions stores decisions as POST /v1/decisions does (db.StoreDecisions), failing unless every
+// one is new.
+func storeDecisions(t *testing.T, pool *pgxpool.Pool, decisions ...db.Decision) {
+	t.Helper()
+	for i := range decisions {
+		decisions[i].OccurredAt = time.Now()
+	}
+	stored, err := db.StoreDecisions(context.Background(), pool, decisions)
+	if err != nil || stored.Accepted != len(decisions) {
+		t.Fatalf("store %d decisions: %+v %v", len(decisions), stored, err)
 	}
 }

@@ -183,7 +183,7 @@ func LedgerState(t testing.TB, pool *pgxpool.Pool) string {
 			       CASE WHEN l.lot_id IS NULL THEN coalesce(l.dedupe_key, '') ELSE l.kind END,
 			       coalesce(l.payment_intent, ''),
 			       l.balance_after,
-			       coalesce((SELECT c.seq FROM credit_lots cl JOIN ledger c ON c.id = cl.entry_id
+			       coalesce((SELECT c.seq FROM credit_lots cl JOIN ledger c ON c.account_id = cl.account_id AND c.id = cl.entry_id
 			                 WHERE cl.id = l.lot_id AND cl.account_id = l.account_id), 0),
 			       coalesce((SELECT r.seq FROM ledger r WHERE r.id = l.reverses_entry_id AND r.account_id = l.account_id), 0),
 			       coalesce(l.lot_category, ''), coalesce(l.lot_priority, -1)
@@ -191,16 +191,18 @@ func LedgerState(t testing.TB, pool *pgxpool.Pool) string {
 		{"lots", `
 			SELECT cl.account_id, c.seq, cl.category, cl.priority, cl.amount, cl.remaining, cl.expires_at IS NULL,
 			       cl.expires_at <= now(), cl.closed_at IS NULL
-			FROM credit_lots cl JOIN ledger c ON c.id = cl.entry_id ORDER BY cl.account_id, c.seq`},
+			FROM credit_lots cl JOIN ledger c ON c.account_id = cl.account_id AND c.id = cl.entry_id ORDER BY cl.account_id, c.seq`},
 		{"draws", `
 			SELECT d.account_id, e.seq, c.seq, d.amount
-			FROM lot_draws d JOIN ledger e ON e.id = d.entry_id JOIN credit_lots cl ON cl.id = d.lot_id
-			JOIN ledger c ON c.id = cl.entry_id ORDER BY 1, 2, 3`},
+			FROM lot_draws d JOIN ledger e ON e.account_id = d.account_id AND e.id = d.entry_id
+			JOIN credit_lots cl ON cl.account_id = d.account_id AND cl.id = d.lot_id
+			JOIN ledger c ON c.account_id = d.account_id AND c.id = cl.entry_id ORDER BY 1, 2, 3`},
 		{"refills", `
 			SELECT f.account_id, e.seq, c.seq, f.amount
-			FROM lot_refills f JOIN ledger e ON e.id = f.entry_id JOIN credit_lots cl ON cl.id = f.lot_id
-			JOIN ledger c ON c.id = cl.entry_id ORDER BY 1, 2, 3`},
-		{"debts", `SELECT x.account_id, e.seq, x.uncovered FROM lot_debts x JOIN ledger e ON e.id = x.entry_id ORDER BY 1, 2`},
+			FROM lot_refills f JOIN ledger e ON e.account_id = f.account_id AND e.id = f.entry_id
+			JOIN credit_lots cl ON cl.account_id = f.account_id AND cl.id = f.lot_id
+			JOIN ledger c ON c.account_id = f.account_id AND c.id = cl.entry_id ORDER BY 1, 2, 3`},
+		{"debts", `SELECT x.account_id, e.seq, x.uncovered FROM lot_debts x JOIN ledger e ON e.account_id = x.account_id AND e.id = x.entry_id ORDER BY 1, 2`},
 		{"orders", `SELECT id, account_id, coalesce(session_id, ''), coalesce(payment_intent, ''), amount, status,
 		                   coalesce(paid_event_id, '') FROM topups ORDER BY id`},
 		{"events", `SELECT event_id, outcome, coalesce(parked_reason, '') FROM stripe_events ORDER BY event_id`},

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,15 +29,31 @@ func seedAccounts(tb testing.TB, pool *pgxpool.Pool, n int) {
 }
 
 // seedDecisions stores decisions dec_{from} … dec_{from+n-1}, spread round-robin over acct_1 …
-// acct_{accounts}, costing 1 to 7, set-based.
+// acct_{accounts}, costing 1 to 7, through the intake's statement in batches of 10,000.
 func seedDecisions(tb testing.TB, pool *pgxpool.Pool, from, n, accounts int) {
 	tb.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO decisions (id, account_id, cost)
-		SELECT 'dec_' || g, 'acct_' || (g % $3::int + 1), g % 7 + 1
-		FROM generate_series($1::int, $1::int + $2::int - 1) g`, from, n, accounts)
-	if err != nil {
-		tb.Fatalf("seed decisions: %v", err)
+	var batch []db.Decision
+	for g := from; g < from+n; g++ {
+		batch = append(batch, db.Decision{ID: fmt.Sprintf("dec_%d", g), AccountID: fmt.Sprintf("acct_%d", g%accounts+1), Cost: int64(g%7 + 1)})
+		if len(batch) == 10_000 || g == from+n-1 {
+			store(tb, pool, batch...)
+			batch = batch[:0]
+		}
+	}
+}
+
+// store stores decisions as the intake does (db.StoreDecisions: on Citus, each id claimed across
+// accounts), in q, failing unless every one is new.
+func store(tb testing.TB, q db.Conn, decisions ...db.Decision) {
+	tb.Helper()
+	for i := range decisions {
+		if decisions[i].OccurredAt.IsZero() {
+			decisions[i].OccurredAt = time.Now()
+		}
+	}
+	stored, err := db.StoreDecisions(context.Background(), q, decisions)
+	if err != nil || stored.Accepted != len(decisions) {
+		tb.Fatalf("store %d decisions: %+v %v", len(decisions), stored, err)
 	}
 }
 
@@ -166,9 +183,7 @@ func TestBillingWaitsForAnAccountThenBillsItOnALaterPass(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	seedAccounts(t, pool, 1)
-	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_early', 'acct_late', 40)`); err != nil {
-		t.Fatal(err)
-	}
+	store(t, pool, db.Decision{ID: "dec_early", AccountID: "acct_late", Cost: 40})
 	seedDecisions(t, pool, 1, 30, 1)
 	// A margin of one seq: only the cursor staying below the waiting decision makes the next,
 	// incremental pass read it again.
@@ -217,12 +232,8 @@ func TestBillingCatchesADecisionCommittedBelowTheCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Rollback(ctx)
-	if _, err := slow.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_slow', 'acct_1', 5)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_fast', 'acct_1', 3)`); err != nil {
-		t.Fatal(err)
-	}
+	store(t, slow, db.Decision{ID: "dec_slow", AccountID: "acct_1", Cost: 5})
+	store(t, pool, db.Decision{ID: "dec_fast", AccountID: "acct_1", Cost: 3})
 	if rep, err := r.Pass(ctx); err != nil || rep.Bill.Billed != 1 {
 		t.Fatalf("pass before the late commit: %+v %v", rep.Bill, err)
 	}
@@ -245,15 +256,12 @@ func TestBillingLeavesOutAnAccountBeyondABigint(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	seedAccounts(t, pool, 2)
-	_, err := pool.Exec(ctx, `
-		INSERT INTO decisions (id, account_id, cost)
-		SELECT 'dec_huge_' || g, 'acct_1', 1000000000000000 FROM generate_series(1, 10000) g`)
-	if err != nil {
-		t.Fatal(err)
+	huge := make([]db.Decision, 10_000)
+	for g := range huge {
+		huge[g] = db.Decision{ID: fmt.Sprintf("dec_huge_%d", g+1), AccountID: "acct_1", Cost: 1_000_000_000_000_000}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO decisions (id, account_id, cost) VALUES ('dec_small', 'acct_2', 5)`); err != nil {
-		t.Fatal(err)
-	}
+	store(t, pool, huge...)
+	store(t, pool, db.Decision{ID: "dec_small", AccountID: "acct_2", Cost: 5})
 	metrics := reconcile.NewMetrics(nil)
 	r := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool), Metrics: metrics}, reconcile.Options{})
 	for pass := range 2 {

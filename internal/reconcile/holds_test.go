@@ -35,11 +35,7 @@ func mustAuthorise(tb testing.TB, pool *pgxpool.Pool, account, hold string, amou
 // storeDecision stores one decision, naming hold unless it is empty.
 func storeDecision(tb testing.TB, pool *pgxpool.Pool, id, account string, cost int64, hold string) {
 	tb.Helper()
-	_, err := pool.Exec(context.Background(),
-		`INSERT INTO decisions (id, account_id, cost, hold_id) VALUES ($1, $2, $3, nullif($4, ''))`, id, account, cost, hold)
-	if err != nil {
-		tb.Fatalf("store decision %s: %v", id, err)
-	}
+	store(tb, pool, db.Decision{ID: id, AccountID: account, Cost: cost, HoldID: hold})
 }
 
 func holdOf(tb testing.TB, pool *pgxpool.Pool, account, hold string) db.Hold {
@@ -432,8 +428,9 @@ func runRandomSequence(t *testing.T, pool *pgxpool.Pool, r *reconcile.Reconciler
 			          FROM decisions d
 			          LEFT JOIN holds h ON h.account_id = d.account_id AND h.id = d.hold_id
 			                           AND h.status = 'captured' AND h.decision_id IS NULL
-			          LEFT JOIN ledger c ON h.id IS NOT NULL AND c.dedupe_key = 'hold:' || d.account_id || ':' || d.hold_id
-			          LEFT JOIN ledger e ON e.dedupe_key = 'decision:' || d.id
+			          LEFT JOIN ledger c ON c.account_id = d.account_id AND h.id IS NOT NULL
+			                       AND c.dedupe_key = 'hold:' || d.account_id || ':' || d.hold_id
+			          LEFT JOIN ledger e ON e.account_id = d.account_id AND e.dedupe_key = 'decision:' || d.id
 			          WHERE d.account_id = a.id)
 			FROM accounts a WHERE a.id = $1`, acct, got.credits[acct]).Scan(&balance, &want)
 		if err != nil {

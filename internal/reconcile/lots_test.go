@@ -24,14 +24,15 @@ func TestPassExpiresLotsAfterBilling(t *testing.T) {
 	// Every account's signup grant in one statement, through the one road: ledger_lots makes each a
 	// promotional lot expiring after GRANT_TTL (an hour), whose time the test then sets an hour back.
 	if _, err := pool.Exec(ctx, `
-		SELECT count(*) FROM ledger_append(
-		    ARRAY(SELECT id FROM accounts ORDER BY id), array_fill('grant'::text, ARRAY[$1::int]),
-		    array_fill(500::bigint, ARRAY[$1::int]), array_fill('signup grant'::text, ARRAY[$1::int]),
-		    ARRAY(SELECT 'grant:' || id FROM accounts ORDER BY id), p_lot_ttls => array_fill(3600::float8, ARRAY[$1::int]))`,
+		SELECT count(*)
+		FROM (SELECT array_agg(id ORDER BY id) AS ids, array_agg('grant:' || id ORDER BY id) AS keys FROM accounts) a
+		CROSS JOIN LATERAL ledger_append(
+		    a.ids, array_fill('grant'::text, ARRAY[$1::int]), array_fill(500::bigint, ARRAY[$1::int]),
+		    array_fill('signup grant'::text, ARRAY[$1::int]), a.keys, p_lot_ttls => array_fill(3600::float8, ARRAY[$1::int]))`,
 		accounts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE credit_lots SET expires_at = expires_at - interval '2 hours'`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE credit_lots SET expires_at = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
 	storeDecision(t, pool, "d1", "acct_1", 100, "")

@@ -1,0 +1,344 @@
+//go:build citus
+
+package db_test
+
+// What only a cluster has: how the tables are spread, and where each statement runs. Every other test of
+// the suite runs on the cluster too under make test-citus (ONCELEDGER_TEST_BACKEND=citus).
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
+)
+
+// The migrations ran unchanged and the distribute step spread the tables as SPEC §15 lists: accounts by
+// id, every table of an account's data by account_id colocated with it, the other tables by a key of
+// their own; the seed's global index gave way to the per-account one and the claims. The step runs on
+// every migrate up: running it again on a distributed database changes nothing.
+func TestCitusDistributesTheSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	ms, err := db.OpenMigrations(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ms.Up()
+	ms.Close()
+	if err != nil {
+		t.Fatalf("migrate up again: %v", err)
+	}
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	// Every table with an account_id column is an account's data: distributed by it, with accounts.
+	rows, err := pool.Query(ctx, `
+		SELECT c.relname, coalesce(column_to_column_name(p.logicalrelid, p.partkey), ''),
+		       coalesce(p.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'accounts'::regclass), false)
+		FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
+		LEFT JOIN pg_dist_partition p ON p.logicalrelid = c.oid
+		WHERE c.relkind = 'r' AND (p.logicalrelid IS NOT NULL
+		      OR EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'account_id' AND NOT a.attisdropped))
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var table, column string
+		var withAccounts bool
+		if err := rows.Scan(&table, &column, &withAccounts); err != nil {
+			t.Fatal(err)
+		}
+		got[table] = fmt.Sprintf("%s colocated=%t", column, withAccounts)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	keyed := map[string]string{
+		"accounts": "id colocated=true", "stripe_events": "event_id colocated=false",
+		"dedupe_claims": "dedupe_key colocated=false", "stripe_drift_checkpoints": "window_start colocated=false",
+	}
+	for table, distribution := range got {
+		want, ok := keyed[table]
+		if !ok {
+			want = "account_id colocated=true"
+		}
+		if distribution != want {
+			t.Errorf("%s distributed as %q, want %q", table, distribution, want)
+		}
+	}
+	for table := range keyed {
+		if _, ok := got[table]; !ok {
+			t.Errorf("%s is not distributed", table)
+		}
+	}
+	var seedIndex, perAccount bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('ledger_dedupe_idx') IS NOT NULL, to_regclass('ledger_account_dedupe_idx') IS NOT NULL`).
+		Scan(&seedIndex, &perAccount); err != nil {
+		t.Fatal(err)
+	}
+	if seedIndex || !perAccount {
+		t.Errorf("ledger_dedupe_idx present=%t, ledger_account_dedupe_idx present=%t", seedIndex, perAccount)
+	}
+}
+
+// statements records the sqlc statements a pool runs, with their arguments, to EXPLAIN them after.
+type statements struct {
+	mu   sync.Mutex
+	runs []statement
+}
+
+type statement struct {
+	name, sql string
+	args      []any
+}
+
+var sqlcName = regexp.MustCompile(`^-- name: (\w+)`)
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if m := sqlcName.FindStringSubmatch(data.SQL); m != nil {
+		s.mu.Lock()
+		s.runs = append(s.runs, statement{name: m[1], sql: data.SQL, args: data.Args})
+		s.mu.Unlock()
+	}
+	return ctx
+}
+
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the statements recorded since the last take.
+func (s *statements) take() []statement {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	runs := s.runs
+	s.runs = nil
+	return runs
+}
+
+// remoteCommands are the commands a coordinator's connection sent to the workers (citus.log_remote_commands).
+type remoteCommands struct {
+	mu       sync.Mutex
+	commands []string
+}
+
+var issuing = regexp.MustCompile(`^(?:issuing|executing the command locally:) (.*)`)
+
+func (r *remoteCommands) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	if m := issuing.FindStringSubmatch(n.Message); m != nil {
+		r.mu.Lock()
+		r.commands = append(r.commands, m[1])
+		r.mu.Unlock()
+	}
+}
+
+func (r *remoteCommands) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	commands := r.commands
+	r.commands = nil
+	return commands
+}
+
+// Where each statement runs on the cluster, read from EXPLAIN of every statement the real operations ran
+// (with their arguments) and from the commands the coordinator sent to the workers:
+//   - no statement repartitions rows between workers, and no INSERT ... SELECT reads a distributed table
+//     through the coordinator ("pull to coordinator" above a distributed scan): the set-based passes
+//     (billing, lot expiry, hold expiry) read each shard where it is, all shards in parallel;
+//   - the operations on one account (a posting, a group of them, a hold's authorisation, capture and
+//     void, a lot's void) touch one shard of the account tables: every statement whose plan is distributed
+//     runs as one task there, and every command ledger_append sends lands on that shard (or on the
+//     shards of dedupe_claims that hold the keys).
+func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	recorded := &statements{}
+	remote := &remoteCommands{}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = recorded
+	cfg.ConnConfig.OnNotice = remote.notice
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `SET citus.log_remote_commands = on`)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	explain := dbtest.New(t) // EXPLAIN on a pool of its own: its statements are not recorded
+	ledger := dbtest.Ledger(t, pool)
+
+	// Accounts on every shard, each with a grant lot expiring in an hour.
+	var accounts []string
+	for i := range 24 {
+		accounts = append(accounts, fmt.Sprintf("acct_%02d", i))
+		if _, err := ledger.CreateAccount(ctx, accounts[i], "usd", 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var decisions []db.Decision
+	for i, a := range accounts {
+		decisions = append(decisions, db.Decision{ID: fmt.Sprintf("d_%d", i), AccountID: a, Cost: 3, OccurredAt: time.Now()})
+	}
+	if _, err := db.StoreDecisions(ctx, pool, decisions); err != nil {
+		t.Fatal(err)
+	}
+	recorded.take()
+	remote.take()
+
+	// One account's operations.
+	one := accounts[0]
+	if _, err := ledger.PostGrouped(ctx, db.Posting{AccountID: one, Kind: db.KindAdjustment, Amount: -5, DedupeKey: "api:one:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.AuthoriseHoldGrouped(ctx, one, "h_capture", 50, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.CaptureHold(ctx, one, "h_capture", 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.AuthoriseHoldGrouped(ctx, one, "h_void", 50, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.VoidHold(ctx, pool, one, "h_void"); err != nil {
+		t.Fatal(err)
+	}
+	lots, err := db.Lots(ctx, pool, one, false, 10)
+	if err != nil || len(lots) == 0 {
+		t.Fatalf("lots of %s: %v %v", one, lots, err)
+	}
+	oneAccount := recorded.take()
+	oneAccountCommands := remote.take()
+	// A lot's void names the lot alone (POST /v1/lots/{id}/void): finding its account asks every shard
+	// once (CreditLotsGet); everything after runs on the account's.
+	if _, err := ledger.VoidLot(ctx, lots[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range recorded.take() {
+		if s.name != "CreditLotsGet" {
+			oneAccount = append(oneAccount, s)
+		}
+	}
+	remote.take()
+
+	// The set-based passes, over every account: billing, holds and lots past their time.
+	for _, a := range accounts[1:] {
+		if _, err := ledger.AuthoriseHoldGrouped(ctx, a, "h_old", 10, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE holds SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE id = 'h_old'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE credit_lots SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE closed_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	recorded.take()
+	var last int64
+	if err := pool.QueryRow(ctx, `SELECT max(seq) FROM decisions`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.BillChunk(ctx, 0, last, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExpireHolds(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ledger.ExpireLots(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	passes := recorded.take()
+
+	for _, s := range append(oneAccount, passes...) {
+		plan := explainPlan(t, explain, s)
+		if strings.Contains(strings.ToLower(plan), "repartition") {
+			t.Errorf("%s repartitions rows between workers:\n%s", s.name, plan)
+		}
+		if pulledFromShards(plan) {
+			t.Errorf("%s pulls a distributed table's rows to the coordinator to insert them:\n%s", s.name, plan)
+		}
+	}
+	for _, s := range oneAccount {
+		plan := explainPlan(t, explain, s)
+		for _, n := range taskCounts.FindAllStringSubmatch(plan, -1) {
+			if n[1] != "1" && !onKeyedTable(plan) {
+				t.Errorf("%s, for one account, runs on %s shards:\n%s", s.name, n[1], plan)
+			}
+		}
+	}
+	shards := accountShardsTouched(t, explain, oneAccountCommands)
+	if len(shards) != 1 {
+		t.Errorf("one account's operations sent commands to %d shards of the account tables (%v), want 1", len(shards), shards)
+	}
+	if len(oneAccount) == 0 || len(passes) == 0 || len(oneAccountCommands) == 0 {
+		t.Fatalf("recorded %d statements for one account, %d for the passes, %d remote commands", len(oneAccount), len(passes), len(oneAccountCommands))
+	}
+}
+
+var taskCounts = regexp.MustCompile(`Task Count: (\d+)`)
+
+func explainPlan(t *testing.T, pool *pgxpool.Pool, s statement) string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "EXPLAIN "+s.sql, s.args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", s.name, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", s.name, err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// pulledFromShards: an INSERT ... SELECT whose rows come to the coordinator, from a distributed scan
+// beneath it. Rows planned on the coordinator from arrays (ledger_append's, the intake's) are not pulled
+// from anywhere.
+func pulledFromShards(plan string) bool {
+	i := strings.Index(plan, "INSERT/SELECT method: pull to coordinator")
+	return i >= 0 && strings.Contains(plan[i:], "Custom Scan (Citus Adaptive)")
+}
+
+// onKeyedTable: a plan on the tables distributed by a key of their own (a claim, an event), whose
+// shard is the key's, not the account's.
+func onKeyedTable(plan string) bool {
+	return strings.Contains(plan, "dedupe_claims") || strings.Contains(plan, "stripe_events")
+}
+
+var shardName = regexp.MustCompile(`\b(accounts|ledger|holds|decisions|topups|credit_lots|lot_draws|lot_refills|lot_debts)_(\d{6,})\b`)
+
+// accountShardsTouched maps the shards of account tables the commands name to their hash range: the
+// colocated shards of one account share it.
+func accountShardsTouched(t *testing.T, pool *pgxpool.Pool, commands []string) map[string]bool {
+	t.Helper()
+	ranges := map[string]bool{}
+	for _, c := range commands {
+		for _, m := range shardName.FindAllStringSubmatch(c, -1) {
+			var min string
+			if err := pool.QueryRow(context.Background(), `SELECT shardminvalue FROM pg_dist_shard WHERE shardid = $1::bigint`, m[2]).Scan(&min); err != nil {
+				t.Fatalf("shard %s: %v", m[0], err)
+			}
+			ranges[min] = true
+		}
+	}
+	return ranges
+}
