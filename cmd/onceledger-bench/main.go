@@ -59,8 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
 	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, notify, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
-	fs.BoolVar(&o.citus, "citus", false, "run on a local Citus cluster (a coordinator and two workers on this machine: "+
-		"the coordination cost, not the scale gain) instead of the machine's PostgreSQL")
+	fs.BoolVar(&o.citus, "citus", false, "run the workloads on the machine's PostgreSQL, then on a local Citus cluster (a "+
+		"coordinator and two workers on this machine: the coordination cost, not the scale gain), and print them side by side")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,11 +72,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		o.dataDir = ".data"
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	name := fmt.Sprintf("onceledger_bench_%d", time.Now().UnixNano())
-	databaseURL, drop, err := scratchDatabase(ctx, o, name, log)
+	if !o.citus {
+		b, err := o.measure(ctx, false, getenv, log, stderr)
+		if b != nil {
+			b.print(stdout)
+			fmt.Fprintln(stdout, "\n"+b.serverLine)
+		}
+		return err
+	}
+	// -citus: the same workloads on the machine's PostgreSQL, then on the cluster, in one table.
+	plain, err := o.measure(ctx, false, getenv, log, stderr)
 	if err != nil {
 		return err
+	}
+	cluster, err := o.measure(ctx, true, getenv, log, stderr)
+	if cluster != nil {
+		printBackends(stdout, plain, cluster)
+	}
+	return err
+}
+
+// measure runs the chosen workloads against a scratch database on one backend (the machine's
+// PostgreSQL, or the local Citus cluster) and a server of its own, and returns what it measured.
+func (o options) measure(ctx context.Context, citus bool, getenv func(string) string, log *slog.Logger, stderr io.Writer) (*bench, error) {
+	name := fmt.Sprintf("onceledger_bench_%d", time.Now().UnixNano())
+	databaseURL, drop, err := scratchDatabase(ctx, o.dataDir, citus, name, log)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err := drop(); err != nil && !errors.Is(err, context.Canceled) {
@@ -95,43 +117,41 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	if err := migrate(ctx, o.bin, env); err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.MaxConns = maxConcurrency
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer pool.Close()
 	if err := seed(ctx, pool, o.accounts); err != nil {
-		return err
+		return nil, err
 	}
 
 	distributed, err := db.Distributed(ctx, pool)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ledger := db.NewLedger(pool, db.LedgerConfig{Distributed: distributed})
 	srv, err := startServer(ctx, o.bin, env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := &bench{o: o, databaseURL: databaseURL, env: env, pool: pool, ledger: ledger, http: newClient(srv.base), srv: srv}
 	b.all(ctx)
 	hwm, hwmErr := srv.statusKB("VmHWM")
 	stopErr := srv.stop()
-
-	b.print(stdout)
-	fmt.Fprintf(stdout, "\nserver: ready %s after process start (migrations current); RSS peak %s (VmHWM), %s (highest VmRSS sampled)\n",
+	b.serverLine = fmt.Sprintf("server: ready %s after process start (migrations current); RSS peak %s (VmHWM), %s (highest VmRSS sampled)",
 		srv.ready.Round(time.Millisecond), mib(hwm, hwmErr), mib(srv.peakRSS.get(), nil))
 	if stopErr != nil {
-		return fmt.Errorf("server did not stop cleanly: %w; logs:\n%s", stopErr, srv.logs)
+		return b, fmt.Errorf("server did not stop cleanly: %w; logs:\n%s", stopErr, srv.logs)
 	}
-	return nil
+	return b, nil
 }
 
 const maxConcurrency = 64
@@ -146,6 +166,7 @@ type bench struct {
 	http        *client
 	srv         *server
 	rows        []row
+	serverLine  string // the server's start-up time and memory, printed under the table
 }
 
 // row is one line of the table: a result and what its ratio compares it with.
@@ -335,7 +356,7 @@ var billingLine = regexp.MustCompile(`^Benchmark(Billing|BillingHolds|BillingLot
 // median of each rate into a row of the table, each reconciler row next to its baseline.
 func (b *bench) billing(ctx context.Context) {
 	if b.o.citus {
-		b.billingCluster(ctx)
+		b.billingPass(ctx)
 		return
 	}
 	switch _, err := os.Stat("internal/reconcile"); {
@@ -487,9 +508,9 @@ func seed(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
 	return nil
 }
 
-// scratchDatabase makes the database the run uses, on the machine's server or (-citus) on every node of
+// scratchDatabase makes the database a run uses, on the machine's server or (citus) on every node of
 // the local Citus cluster, and returns its URL and how to drop it, even when the run was interrupted.
-func scratchDatabase(ctx context.Context, o options, name string, log *slog.Logger) (string, func() error, error) {
+func scratchDatabase(ctx context.Context, dataDir string, citus bool, name string, log *slog.Logger) (string, func() error, error) {
 	bounded := func(drop func(context.Context) error) func() error {
 		return func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -497,15 +518,15 @@ func scratchDatabase(ctx context.Context, o options, name string, log *slog.Logg
 			return drop(ctx)
 		}
 	}
-	if o.citus {
-		cluster, err := pglocal.StartCluster(ctx, o.dataDir, log)
+	if citus {
+		cluster, err := pglocal.StartCluster(ctx, dataDir, log)
 		if err != nil {
 			return "", nil, err
 		}
 		url, err := cluster.Database(ctx, name)
 		return url, bounded(func(ctx context.Context) error { return cluster.DropDatabase(ctx, name) }), err
 	}
-	serverURL, err := pglocal.Server(ctx, o.dataDir, log)
+	serverURL, err := pglocal.Server(ctx, dataDir, log)
 	if err != nil {
 		return "", nil, err
 	}

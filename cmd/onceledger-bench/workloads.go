@@ -99,15 +99,15 @@ func applyTopupDirect(ctx context.Context, ledger *db.Ledger, e topupEvent) erro
 		}
 		// The order recorded pending, then made paid: the two statements the webhook used to run.
 		if _, err := tx.Exec(ctx, `INSERT INTO topups (id, account_id, session_id, amount, currency)
-		                           VALUES ($1, $2, $3, $4, 'usd') ON CONFLICT (session_id) DO NOTHING`,
+		                           VALUES ($1, $2, $3, $4, 'usd') ON CONFLICT ON CONSTRAINT topups_session_id_key DO NOTHING`,
 			"top_"+e.session, e.account, e.session, topupAmount); err != nil {
 			return err
 		}
 		var account string
 		var amount int64
 		err = tx.QueryRow(ctx, `UPDATE topups SET status = 'paid', payment_intent = $2, paid_event_id = $3, paid_at = now()
-		                        WHERE session_id = $1 AND status = 'pending' RETURNING account_id, amount`,
-			e.session, e.paymentIntent, e.id).Scan(&account, &amount)
+		                        WHERE account_id = $4 AND session_id = $1 AND status = 'pending' RETURNING account_id, amount`,
+			e.session, e.paymentIntent, e.id, e.account).Scan(&account, &amount)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
