@@ -13,6 +13,7 @@ import (
 	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/stripeevents"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // Deps is what the handlers need; the binary builds each of them once and hands them in.
@@ -31,6 +32,8 @@ type Deps struct {
 	Events *stripeevents.Processor
 	// Jobs is the process's River client; the console lists given-up notifications through it.
 	Jobs *river.Client[db.Tx]
+	// Tracing traces every route and the webhook's verification; nil is off.
+	Tracing *tracing.Tracing
 }
 
 // NewHandler returns the whole HTTP surface.

@@ -14,7 +14,8 @@ import (
 
 // WiredDeps wires the handlers on pool as the binary does by default: one Stripe client from cfg (nil
 // without a key), one Ledger configured as ledger says and committing paid Checkout Sessions in groups,
-// one event processor posting through it, and one River client. Metrics is left for the test to set.
+// one event processor posting through it, and one River client, all traced by ledger.Tracing when it
+// is set (the pool's statements are the pool's to trace). Metrics is left for the test to set.
 func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledgerCfg db.LedgerConfig) Deps {
 	ledgerCfg.GroupCheckouts = true
 	ledger := db.NewLedger(pool, ledgerCfg)
@@ -23,10 +24,11 @@ func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledgerCf
 	if err != nil {
 		panic(err)
 	}
-	stripe := stripeevents.NewStripeClient(cfg.StripeSecretKey, cfg.StripeAPIBase)
+	tr := ledgerCfg.Tracing
+	stripe := stripeevents.NewStripeClient(cfg.StripeSecretKey, cfg.StripeAPIBase, tr)
 	events := &stripeevents.Processor{
 		Pool: pool, Ledger: ledger, Stripe: stripe, Livemode: cfg.Livemode, Log: log,
-		Reapply: stripeevents.NewReapplier(jobs),
+		Reapply: stripeevents.NewReapplier(jobs), Tracing: tr,
 	}
-	return Deps{Pool: pool, Log: log, Config: cfg, Ledger: ledger, Stripe: stripe, Events: events, Jobs: jobs}
+	return Deps{Pool: pool, Log: log, Config: cfg, Ledger: ledger, Stripe: stripe, Events: events, Jobs: jobs, Tracing: tr}
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/onceledger/onceledger/internal/metrics"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // routes lists every route of the process, the console's pages too, on one gorilla/mux router. Each
 // prefix has its own subrouter, so a request is matched only against its prefix's few routes, in the
 // order listed here: the hot ones (postings, holds, the webhook) first.
 func routes(d Deps) *mux.Router {
-	r := newRouter(d.Metrics)
+	r := newRouter(d.Metrics, d.Tracing)
 	apiKey := requireAPIKey(d.Config.APIKeys)
 
 	// The product API: every route behind an API key.
@@ -80,18 +81,19 @@ func routes(d Deps) *mux.Router {
 // router adds routes to a gorilla/mux router or to one of its prefixes' subrouters. The router
 // matches the escaped path, so that an encoded "/" stays inside its path segment: one (invalid) id,
 // never a path into another route. Each route is timed by the metrics under its pattern, fixed here
-// (not its path, which would explode the label set with ids). A request no route takes (404) or a
+// (not its path, which would explode the label set with ids), and traced under it when tracing is on. A request no route takes (404) or a
 // route takes with other methods only (405) is refused in JSON, or as a page under /console, and is
 // not timed, its path and method being the caller's to choose.
 type router struct {
 	mux     *mux.Router
 	metrics *metrics.Metrics
+	tracing *tracing.Tracing
 	// allow is shared by the root and its subrouters: every route's methods, for a 405's Allow.
 	allow *allowList
 }
 
-func newRouter(m *metrics.Metrics) *router {
-	r := &router{mux: mux.NewRouter().UseEncodedPath(), metrics: m, allow: &allowList{}}
+func newRouter(m *metrics.Metrics, t *tracing.Tracing) *router {
+	r := &router{mux: mux.NewRouter().UseEncodedPath(), metrics: m, tracing: t, allow: &allowList{}}
 	r.refuseWith(handleNotFound(), handleMethodNotAllowed())
 	return r
 }
@@ -106,7 +108,7 @@ func (r *router) prefix(path string) *router {
 		return strings.HasPrefix(p, path) && (len(p) == len(path) || p[len(path)] == '/')
 	}
 	sub := r.mux.MatcherFunc(under).Subrouter()
-	return &router{mux: sub, metrics: r.metrics, allow: r.allow}
+	return &router{mux: sub, metrics: r.metrics, tracing: r.tracing, allow: r.allow}
 }
 
 // refuseWith answers the requests under this prefix that no route takes: with methodNotAllowed, given
@@ -154,7 +156,7 @@ func (r *router) add(route *mux.Route, method, pattern string, h http.Handler) {
 	if names, _ := route.GetVarNames(); len(names) > 0 {
 		h = unescapeVars(h)
 	}
-	route.Methods(methods...).Handler(r.metrics.Timed(pattern, h))
+	route.Methods(methods...).Handler(r.tracing.Route(method, pattern, r.metrics.Timed(pattern, h)))
 	path, _ := route.GetPathRegexp()
 	*r.allow = append(*r.allow, allowedRoute{regexp.MustCompile(path), methods})
 }

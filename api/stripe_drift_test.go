@@ -41,7 +41,7 @@ func TestStripeDriftReport(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	r := reconcile.New(reconcile.Deps{Pool: pool, Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL)}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: pool, Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil)}, reconcile.Options{})
 	now := time.Now()
 	since, until := now.Add(-time.Hour), now.Add(time.Hour)
 	check := func() {

@@ -46,7 +46,10 @@ func handleStripeWebhook(d Deps) http.Handler {
 			writeError(w, r, d.Log, apiErr)
 			return
 		}
-		if err := verifyStripeSignature(body, r.Header.Get("Stripe-Signature"), secrets); err != nil {
+		_, span := d.Tracing.Start(r.Context(), "webhook.verify")
+		err = verifyStripeSignature(body, r.Header.Get("Stripe-Signature"), secrets)
+		span.End()
+		if err != nil {
 			var apiErr *Error
 			errors.As(err, &apiErr)
 			d.Metrics.WebhookDeliveries.WithLabelValues("unverified", "rejected", apiErr.Code).Inc()

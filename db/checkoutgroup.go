@@ -85,9 +85,9 @@ func (l *Ledger) commitCheckouts(_ string, _ *struct{}, group []*checkoutMember)
 		m.reply(checkoutAnswer{paid, posted}, err)
 		return
 	}
-	// The group's transaction runs for many callers: none of their contexts may cancel it.
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	ctx, cancel, span := groupContext(l.cfg.Tracing, "group_commit.checkouts", group)
 	defer cancel()
+	defer span.End()
 	group, alone := distinctCheckouts(group)
 	defer func() {
 		for _, m := range alone {

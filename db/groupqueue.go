@@ -7,6 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // groupQueue gathers the concurrent requests of one key (an account) for up to a window and hands
@@ -179,4 +183,13 @@ func (g *groupQueue[Req, Ans, Memo]) take(q *keyQueue[Req, Ans, Memo]) []*groupM
 		group = append(group, m)
 	}
 	return group
+}
+
+// groupContext is the context a group's transaction runs in: its own, for at most groupTimeout, since
+// it runs for many callers and none of their contexts may cancel it. Traced, it carries the group's
+// span (name), linked to the span of each member's request.
+func groupContext[Req, Ans any](tr *tracing.Tracing, name string, group []*groupMember[Req, Ans]) (context.Context, context.CancelFunc, trace.Span) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	ctx, span := tr.Group(ctx, name, len(group), func(i int) context.Context { return group[i].ctx })
+	return ctx, cancel, span
 }

@@ -513,8 +513,9 @@ type authRequest struct {
 type authMember = groupMember[authRequest, HoldAuthorised]
 
 func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	ctx, cancel, span := groupContext(l.cfg.Tracing, "group_commit.holds", group)
 	defer cancel()
+	defer span.End()
 	if len(group) > 1 {
 		var (
 			err     error

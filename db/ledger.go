@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // Entry kinds, as ledger_kind_sign_check knows them.
@@ -99,6 +100,8 @@ type LedgerConfig struct {
 	// opens its pool): there the happy path of a paid Checkout Session does not run, and every delivery
 	// takes the general path. Everything else runs the same statements on both backends.
 	Distributed bool
+	// Tracing makes a span of each group commit (nil: off).
+	Tracing *tracing.Tracing
 }
 
 // Ledger is the one road into the money: every entry of the process is posted through it, on either

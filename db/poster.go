@@ -89,8 +89,9 @@ var errPostAlone = errors.New("post the group's members one by one")
 var errRegroup = errors.New("plan the group again")
 
 func (l *Ledger) commitPostings(_ string, last *lastBalance, group []*member) {
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	ctx, cancel, span := groupContext(l.cfg.Tracing, "group_commit.postings", group)
 	defer cancel()
+	defer span.End()
 	from := *last
 	// Known again only once a group committed: any other path may have moved the balance.
 	*last = lastBalance{}

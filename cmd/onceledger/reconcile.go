@@ -35,7 +35,7 @@ func reconcileCmd(ctx context.Context, e env, args []string) error {
 		}
 		window = &w
 	}
-	w, err := e.wire(ctx, false, nil)
+	w, err := e.wire(ctx, false, nil, nil)
 	if err != nil {
 		return err
 	}

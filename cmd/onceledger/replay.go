@@ -22,7 +22,7 @@ func replay(ctx context.Context, e env, args []string) error {
 	if len(eventIDs) == 0 {
 		return fmt.Errorf("replay needs at least one event id: %w", errUsage)
 	}
-	w, err := e.wire(ctx, false, nil)
+	w, err := e.wire(ctx, false, nil, nil)
 	if err != nil {
 		return err
 	}

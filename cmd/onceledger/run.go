@@ -111,11 +111,11 @@ func (e env) databaseURL(ctx context.Context) (string, error) {
 	return pglocal.Database(ctx, server, "onceledger")
 }
 
-// openPool opens the configured database, sized by DB_MAX_CONNS.
-func (e env) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+// openPool opens the configured database, sized by DB_MAX_CONNS, configured further by opts.
+func (e env) openPool(ctx context.Context, opts ...db.Option) (*pgxpool.Pool, error) {
 	url, err := e.databaseURL(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return db.Open(ctx, url, db.WithMaxConns(e.cfg.DBMaxConns))
+	return db.Open(ctx, url, append(opts, db.WithMaxConns(e.cfg.DBMaxConns))...)
 }

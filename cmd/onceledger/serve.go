@@ -12,15 +12,29 @@ import (
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/reconcile"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // serve runs the HTTP server, the reconciler every RECONCILE_INTERVAL, the Stripe drift pass every
 // STRIPE_RECONCILE_INTERVAL, and the jobs of the one River client (notifications when NOTIFY_URL is
 // set, re-applications, recharges), until ctx is cancelled (SIGINT/SIGTERM); then it drains in-flight
-// requests, stops the reconciler, the drift pass and the jobs, and closes the pool last.
+// requests, stops the reconciler, the drift pass and the jobs, closes the pool, and sends the last
+// spans when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT).
 func serve(ctx context.Context, e env) error {
+	tr, stopTracing, err := tracing.Start(ctx, e.cfg.Tracing, version, e.log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Last: the jobs and requests that ended during shutdown have their spans sent too.
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlushTimeout)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			e.log.Warn("sending the last spans", "error", err.Error())
+		}
+	}()
 	m := metrics.New()
-	w, err := e.wire(ctx, true, m.ObservePosting)
+	w, err := e.wire(ctx, true, m.ObservePosting, tr)
 	if err != nil {
 		return err
 	}
@@ -28,7 +42,7 @@ func serve(ctx context.Context, e env) error {
 	m.WatchPool(w.pool)
 	deps := api.Deps{
 		Pool: w.pool, Log: e.log, Config: e.cfg, Metrics: m, Ledger: w.ledger, Stripe: w.stripe, Events: w.events,
-		Jobs: w.jobs,
+		Jobs: w.jobs, Tracing: tr,
 	}
 
 	srv := &http.Server{
@@ -77,6 +91,9 @@ func serve(ctx context.Context, e env) error {
 	}
 	return nil
 }
+
+// tracingFlushTimeout bounds how long shutdown waits for the collector to take the last spans.
+const tracingFlushTimeout = 5 * time.Second
 
 // servePprof serves net/http/pprof on PPROF_ADDR (loopback only, checked by config) until stop: the
 // profiles of the running server, for finding what a request costs. Its own mux, so that nothing of

@@ -14,6 +14,7 @@ import (
 	"github.com/onceledger/onceledger/internal/notify"
 	"github.com/onceledger/onceledger/internal/recharge"
 	"github.com/onceledger/onceledger/internal/stripeevents"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // jobsStopTimeout bounds how long shutdown waits for the jobs in flight (deliveries, re-applications,
@@ -41,16 +42,17 @@ type wiring struct {
 // wire opens the pool and builds the rest. With NOTIFY_URL, every new entry's notification is enqueued
 // in its transaction. work (serve) also starts the jobs' workers and the sweeper of the recharge
 // outbox, which the other commands leave to serve. observe, when set, sees every posting (serve's
-// metrics).
-func (e env) wire(ctx context.Context, work bool, observe func(kind, result string)) (*wiring, error) {
-	pool, err := e.openPool(ctx)
+// metrics). tr, when tracing is on (serve), traces the statements, the group commits, the webhook's
+// steps, the jobs and the Stripe calls.
+func (e env) wire(ctx context.Context, work bool, observe func(kind, result string), tr *tracing.Tracing) (*wiring, error) {
+	pool, err := e.openPool(ctx, db.WithTracer(tr.SQL()))
 	if err != nil {
 		return nil, err
 	}
 	w := &wiring{pool: pool, close: pool.Close}
-	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase)
+	w.stripe = stripeevents.NewStripeClient(e.cfg.StripeSecretKey, e.cfg.StripeAPIBase, tr)
 	// Completed below, once the River client its re-application worker is registered with exists.
-	w.events = &stripeevents.Processor{Pool: pool, Stripe: w.stripe, Livemode: e.cfg.Livemode, Log: e.log}
+	w.events = &stripeevents.Processor{Pool: pool, Stripe: w.stripe, Livemode: e.cfg.Livemode, Log: e.log, Tracing: tr}
 	if e.cfg.Livemode == nil {
 		e.log.Warn("Stripe mode unknown: events of test and live mode are both accepted; set STRIPE_SECRET_KEY or STRIPE_LIVEMODE")
 	}
@@ -67,6 +69,7 @@ func (e env) wire(ctx context.Context, work bool, observe func(kind, result stri
 	}
 	w.jobs, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: e.log, Workers: workers, Queues: queues, DiscardedJobRetentionPeriod: notify.DiscardedRetention,
+		Middleware: tr.JobMiddleware(),
 	})
 	if err != nil {
 		pool.Close()
@@ -75,7 +78,7 @@ func (e env) wire(ctx context.Context, work bool, observe func(kind, result stri
 
 	ledgerCfg := db.LedgerConfig{
 		Observe: observe, PaidCreditTTL: e.cfg.PaidCreditTTL, GrantTTL: e.cfg.GrantTTL,
-		GroupCheckouts: e.cfg.WebhookGroupCommit,
+		GroupCheckouts: e.cfg.WebhookGroupCommit, Tracing: tr,
 	}
 	var notifier *notify.Notifier
 	if e.cfg.NotifyURL != "" {

@@ -55,6 +55,22 @@ type Config struct {
 	// WebhookGroupCommit commits concurrent first deliveries of paid Checkout Sessions together
 	// (db.CheckoutGrouper); off gives each its own transaction.
 	WebhookGroupCommit bool
+	// Tracing is where serve sends its OpenTelemetry spans; the zero value sends none.
+	Tracing Tracing
+}
+
+// Tracing is read from OpenTelemetry's standard variables, the subset an OTLP/HTTP exporter of
+// traces needs. Endpoint empty is off: no exporter, no tracer provider.
+type Tracing struct {
+	// Endpoint is the URL spans are posted to: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else
+	// OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces appended.
+	Endpoint string
+	// ServiceName is OTEL_SERVICE_NAME, "onceledger" by default.
+	ServiceName string
+	// ParentBased and Ratio are OTEL_TRACES_SAMPLER and its argument: a trace is sampled with
+	// probability Ratio (1: always, 0: never), unless ParentBased and the caller's traceparent decided.
+	ParentBased bool
+	Ratio       float64
 }
 
 // DefaultDBMaxConns is the pool size when neither DB_MAX_CONNS nor DATABASE_URL's pool_max_conns says:
@@ -102,6 +118,9 @@ func Load(getenv func(string) string) (Config, error) {
 	case "off":
 	default:
 		errs = append(errs, fmt.Errorf("WEBHOOK_GROUP_COMMIT must be on or off, got %q", getenv("WEBHOOK_GROUP_COMMIT")))
+	}
+	if c.Tracing, err = tracing(getenv); err != nil {
+		errs = append(errs, err)
 	}
 	for name, ttl := range map[string]*time.Duration{"PAID_CREDIT_TTL": &c.PaidCreditTTL, "GRANT_TTL": &c.GrantTTL} {
 		raw := getenv(name)
@@ -189,6 +208,57 @@ func loopback(addr string) (string, error) {
 		return "", fmt.Errorf("PPROF_ADDR must be a loopback host:port such as 127.0.0.1:6060, got %q", addr)
 	}
 	return addr, nil
+}
+
+// tracing reads OpenTelemetry's variables: tracing is on when an OTLP endpoint is named, unless
+// OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none turns it off. Only OTLP over HTTP (protobuf) is built in,
+// so another exporter or protocol refuses to start rather than send nothing.
+func tracing(getenv func(string) string) (Tracing, error) {
+	var errs []error
+	switch exporter := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exporter {
+	case "", "otlp":
+	case "none":
+		return Tracing{}, nil
+	default:
+		errs = append(errs, fmt.Errorf("OTEL_TRACES_EXPORTER must be otlp or none, got %q", exporter))
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+		if p := strings.TrimSpace(getenv(name)); p != "" && p != "http/protobuf" {
+			errs = append(errs, fmt.Errorf("%s must be http/protobuf (the exporter built in), got %q", name, p))
+		}
+	}
+	t := Tracing{ServiceName: or(getenv("OTEL_SERVICE_NAME"), "onceledger"), Ratio: 1}
+	name, endpoint := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+	if endpoint == "" {
+		name, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT", strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+		if endpoint != "" {
+			endpoint = strings.TrimRight(endpoint, "/") + "/v1/traces"
+		}
+	}
+	if u, err := url.Parse(endpoint); endpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("%s must be an http(s) URL, got %q", name, getenv(name)))
+	}
+	sampler := or(getenv("OTEL_TRACES_SAMPLER"), "parentbased_always_on")
+	t.ParentBased = strings.HasPrefix(sampler, "parentbased_")
+	switch strings.TrimPrefix(sampler, "parentbased_") {
+	case "always_on":
+	case "always_off":
+		t.Ratio = 0
+	case "traceidratio":
+		arg := or(getenv("OTEL_TRACES_SAMPLER_ARG"), "1")
+		ratio, err := strconv.ParseFloat(arg, 64)
+		if err != nil || ratio < 0 || ratio > 1 {
+			errs = append(errs, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1, got %q", arg))
+		}
+		t.Ratio = ratio
+	default:
+		errs = append(errs, fmt.Errorf("OTEL_TRACES_SAMPLER must be always_on, always_off, traceidratio or their parentbased_ forms, got %q", sampler))
+	}
+	if err := errors.Join(errs...); err != nil || endpoint == "" || strings.TrimSpace(getenv("OTEL_SDK_DISABLED")) == "true" {
+		return Tracing{}, err
+	}
+	t.Endpoint = endpoint
+	return t, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -126,3 +126,44 @@ func TestStripeReconcileInterval(t *testing.T) {
 		}
 	}
 }
+
+// Tracing is on only when an OTLP endpoint is named; the other standard variables are checked, so a
+// sampler or exporter that cannot be honoured refuses to start.
+func TestTracing(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		vars    map[string]string
+		want    config.Tracing
+		wantErr bool
+	}{
+		{map[string]string{}, config.Tracing{}, false},
+		{map[string]string{"OTEL_SERVICE_NAME": "billing"}, config.Tracing{}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"},
+			config.Tracing{Endpoint: "http://collector:4318/v1/traces", ServiceName: "onceledger", ParentBased: true, Ratio: 1}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector/otlp/"},
+			config.Tracing{Endpoint: "https://collector/otlp/v1/traces", ServiceName: "onceledger", ParentBased: true, Ratio: 1}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://b:4318/traces"},
+			config.Tracing{Endpoint: "http://b:4318/traces", ServiceName: "onceledger", ParentBased: true, Ratio: 1}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SERVICE_NAME": "billing", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"},
+			config.Tracing{Endpoint: "http://c:4318/v1/traces", ServiceName: "billing", Ratio: 0.25}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "parentbased_always_off"},
+			config.Tracing{Endpoint: "http://c:4318/v1/traces", ServiceName: "onceledger", ParentBased: true}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, config.Tracing{}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, config.Tracing{}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, config.Tracing{}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "jaeger"}, config.Tracing{}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, config.Tracing{}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "sometimes"}, config.Tracing{}, true},
+		{map[string]string{"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, config.Tracing{}, true},
+	}
+	for _, c := range cases {
+		cfg, err := config.Load(func(k string) string { return c.vars[k] })
+		if (err != nil) != c.wantErr {
+			t.Errorf("%v: error %v", c.vars, err)
+			continue
+		}
+		if !c.wantErr && cfg.Tracing != c.want {
+			t.Errorf("%v: tracing %+v, want %+v", c.vars, cfg.Tracing, c.want)
+		}
+	}
+}

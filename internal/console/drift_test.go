@@ -37,7 +37,7 @@ func TestConsoleDriftPage(t *testing.T) {
 	s.deliver(topupEvent("evt_paid", "cs_paid", "pi_paid", "acct_paid", 900))
 	s.wantOutcome("evt_drift_topup", "parked")
 
-	r := reconcile.New(reconcile.Deps{Pool: s.pool, Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL)}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Pool: s.pool, Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil)}, reconcile.Options{})
 	now := time.Now()
 	if _, err := r.CheckStripe(context.Background(), now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func TestChargeRetriedCreatesOnePaymentIntent(t *testing.T) {
 	fake := stripefake.New()
 	t.Cleanup(fake.Close)
 	a := lowAccount(t, pool, "acct_retry")
-	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet)
+	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
 	fake.LoseAnswers(1)
 	if err := charger.Charge(ctx, a.AccountID, a.ID); err == nil {
 		t.Fatal("a lost answer was taken for success")
@@ -177,7 +177,7 @@ func TestRechargeRunsThroughRiver(t *testing.T) {
 	t.Cleanup(receiver.Close)
 	// One River client, as the binary builds it: the charger's and the notifications' workers.
 	workers, queues := river.NewWorkers(), map[string]river.QueueConfig{}
-	recharge.AddWorkers(workers, queues, recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL), quiet))
+	recharge.AddWorkers(workers, queues, recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet))
 	notifyCfg := notify.Config{URL: receiver.URL, Secret: "s", Log: quiet}
 	if err := notify.AddWorkers(workers, queues, notifyCfg); err != nil {
 		t.Fatal(err)

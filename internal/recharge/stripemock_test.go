@@ -17,7 +17,7 @@ func TestPaymentIntentAcceptedByStripeMock(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	a := lowAccount(t, pool, "acct_mock")
-	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t)), quiet)
+	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t), nil), quiet)
 	if err := charger.Charge(context.Background(), a.AccountID, a.ID); err != nil {
 		t.Fatalf("stripe-mock refused the PaymentIntent: %v", err)
 	}

@@ -32,7 +32,7 @@ func TestRecoveryAppliesMissedEventsOnceAndSkipsProcessedOnes(t *testing.T) {
 	stripeAPI := stripefake.New()
 	t.Cleanup(stripeAPI.Close)
 	stripeAPI.SetEvents(eventJSON("evt_1", now), eventJSON("evt_2", now.Add(-time.Hour)), eventJSON("evt_3", now.Add(-2*time.Hour)))
-	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL)
+	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL, nil)
 
 	// The webhook's own processor: the sessions name no account, so each event is parked, once.
 	events := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripe, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -88,7 +88,7 @@ func TestRecoveryAppliesMissedEventsOnceAndSkipsProcessedOnes(t *testing.T) {
 
 func TestRecoveryIsSkippedWithoutAStripeKey(t *testing.T) {
 	t.Parallel()
-	r := reconcile.New(reconcile.Deps{Stripe: stripeevents.NewStripeClient("", "")}, reconcile.Options{})
+	r := reconcile.New(reconcile.Deps{Stripe: stripeevents.NewStripeClient("", "", nil)}, reconcile.Options{})
 	rep, err := r.Recover(context.Background())
 	if err != nil || rep.Skipped == "" || rep.Listed != 0 {
 		t.Fatalf("report %+v %v; want skipped", rep, err)
@@ -121,7 +121,7 @@ func TestRecoveryCountsOnlyRequestedTypes(t *testing.T) {
 	t.Cleanup(stripeAPI.Close)
 	other := bytes.Replace(eventJSON("evt_other", time.Now()), []byte("checkout.session.completed"), []byte("customer.created"), 1)
 	stripeAPI.SetEvents(eventJSON("evt_handled", time.Now()), other)
-	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL)
+	stripe := stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL, nil)
 	reg := prometheus.NewRegistry()
 	r := reconcile.New(reconcile.Deps{
 		Pool:    pool,

@@ -48,7 +48,7 @@ func newDriftWorld(t *testing.T, base time.Time) *driftWorld {
 	pool := dbtest.New(t)
 	fake := stripefake.New()
 	t.Cleanup(fake.Close)
-	sc := stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL)
+	sc := stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil)
 	testMode := false
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	events := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: sc, Livemode: &testMode, Log: log}

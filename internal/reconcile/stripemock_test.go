@@ -20,7 +20,7 @@ import (
 func TestEventListAcceptedByStripeMock(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	sc := stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t))
+	sc := stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t), nil)
 	events := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: sc, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rep, err := reconcile.New(reconcile.Deps{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: sc, Events: events}, reconcile.Options{}).Recover(context.Background())
 	if err != nil {
@@ -39,7 +39,7 @@ func TestDriftRequestsAcceptedByStripeMock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	sc := stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t))
+	sc := stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t), nil)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	events := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: log}
 	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_mock", "usd", 0); err != nil {

@@ -29,7 +29,7 @@ func TestChargeOnlyRefundFindsItsPayment(t *testing.T) {
 	t.Cleanup(stripeAPI.Close)
 	stripeAPI.SetCharge("ch_old", "pi_old")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL), Log: log}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripeevents.NewStripeClient(stripefake.SecretKey, stripeAPI.URL, nil), Log: log}
 	withoutKey := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Log: log}
 	refund := func(id string, amount int) []byte {
 		return event("evt_"+id, "refund.created", map[string]any{

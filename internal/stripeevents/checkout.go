@@ -48,7 +48,9 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 		},
 		Credit: db.Posting{Kind: db.KindTopup, Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID},
 	}
-	paid, posted, err := p.Ledger.PayCheckout(ctx, payment)
+	payCtx, span := p.Tracing.Start(ctx, "stripe_event.pay_checkout")
+	paid, posted, err := p.Ledger.PayCheckout(payCtx, payment)
+	span.End()
 	switch {
 	case err != nil:
 		return Result{EventID: ev.ID, Type: ev.Type}, true, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)

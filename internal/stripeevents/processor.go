@@ -11,8 +11,12 @@ import (
 	"log/slog"
 
 	"github.com/stripe/stripe-go/v79/client"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 var (
@@ -69,6 +73,8 @@ type Processor struct {
 	// livemode_mismatch. Nil accepts both.
 	Livemode *bool
 	Log      *slog.Logger
+	// Tracing makes a span of each processing step (nil: off).
+	Tracing *tracing.Tracing
 }
 
 // Result is what one delivery or replay did.
@@ -94,7 +100,9 @@ type Result struct {
 // commit together or not at all; a redelivered event is a Duplicate and does nothing. Errors are
 // ErrInvalidEvent, ErrStripeUnavailable, or database errors (db.IsTransient ones deserve a retry);
 // parking is not an error.
-func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
+func (p *Processor) Process(ctx context.Context, raw []byte) (res Result, err error) {
+	ctx, span := p.Tracing.Start(ctx, "stripe_event.process")
+	defer func() { endStep(span, res, err) }()
 	ev, err := parseEvent(raw)
 	if err != nil {
 		return Result{}, err
@@ -127,17 +135,21 @@ func (p *Processor) Process(ctx context.Context, raw []byte) (Result, error) {
 		// need their outcome written again below.
 		recorded := outcome{status: OutcomeApplied, paymentIntent: ev.paymentIntent()}
 		var err error
-		duplicate, err = db.RecordEvent(ctx, tx, ev.stored(raw, recorded.status, recorded.paymentIntent))
+		recordCtx, span := p.Tracing.Start(ctx, "stripe_event.record")
+		duplicate, err = db.RecordEvent(recordCtx, tx, ev.stored(raw, recorded.status, recorded.paymentIntent))
+		span.End()
 		if err != nil || duplicate {
 			return err
 		}
-		if out, err = p.apply(ctx, tx, ev, f); err != nil {
+		effectCtx, span := p.Tracing.Start(ctx, "stripe_event.effect")
+		defer span.End()
+		if out, err = p.apply(effectCtx, tx, ev, f); err != nil {
 			return err
 		}
 		if out.status == recorded.status && out.reason == "" && (out.paymentIntent == "" || out.paymentIntent == recorded.paymentIntent) {
 			return nil
 		}
-		return setOutcome(ctx, tx, ev.ID, out)
+		return setOutcome(effectCtx, tx, ev.ID, out)
 	})
 	if err != nil {
 		return Result{EventID: ev.ID, Type: ev.Type}, fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
@@ -166,7 +178,9 @@ func (p *Processor) duplicate(ctx context.Context, ev event) Result {
 // Replay re-applies a stored event through the same effects as its first delivery, and records the new
 // outcome. Every effect is keyed, so replaying an applied event posts nothing; replaying a parked one
 // after its cause was fixed applies it. A never-received event is db.ErrNotFound.
-func (p *Processor) Replay(ctx context.Context, eventID string) (Result, error) {
+func (p *Processor) Replay(ctx context.Context, eventID string) (res Result, err error) {
+	ctx, span := p.Tracing.Start(ctx, "stripe_event.replay")
+	defer func() { endStep(span, res, err) }()
 	ev, out, err := p.reapply(ctx, eventID, nil)
 	if err != nil {
 		return Result{EventID: eventID}, err
@@ -239,6 +253,8 @@ func (p *Processor) reapply(ctx context.Context, eventID string, finish func(tx 
 	}
 	var out outcome
 	err = db.InTx(ctx, p.Pool, func(tx db.Tx) error {
+		ctx, span := p.Tracing.Start(ctx, "stripe_event.effect")
+		defer span.End()
 		// Locked so that a top-up un-parking this event at the same time skips it.
 		if err := db.LockEvent(ctx, tx, eventID); err != nil {
 			return err
@@ -344,6 +360,26 @@ func (p *Processor) otherMode(ev event) bool {
 
 func setOutcome(ctx context.Context, tx db.Tx, eventID string, out outcome) error {
 	return db.SetEventOutcome(ctx, tx, eventID, out.status, out.reason, out.paymentIntent)
+}
+
+// endStep ends the span of an event's processing with its type and what was done (the outcome, the
+// parking reason, or that it failed), never its ids or amounts, nor an error's text, which names them.
+func endStep(span trace.Span, res Result, err error) {
+	if span.IsRecording() {
+		did := res.Outcome
+		switch {
+		case err != nil:
+			did = "failed"
+			span.SetStatus(codes.Error, "not applied")
+		case res.Duplicate:
+			did = "duplicate"
+		}
+		span.SetAttributes(attribute.String("stripe.event.type", res.Type), attribute.String("onceledger.outcome", did))
+		if res.Parked != "" {
+			span.SetAttributes(attribute.String("onceledger.parked_reason", res.Parked))
+		}
+	}
+	span.End()
 }
 
 func (p *Processor) logOutcome(ctx context.Context, msg string, ev event, out outcome) {

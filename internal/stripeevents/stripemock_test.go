@@ -19,7 +19,7 @@ func TestRefundListAcceptedByStripeMock(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t)), Log: log}
+	p := &stripeevents.Processor{Pool: pool, Ledger: dbtest.Ledger(t, pool), Stripe: stripeevents.NewStripeClient("sk_test_123", stripemock.Start(t), nil), Log: log}
 	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_mock", "usd", 0); err != nil {
 		t.Fatal(err)
 	}

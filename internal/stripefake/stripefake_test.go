@@ -16,7 +16,7 @@ import (
 func start(t *testing.T) (*stripefake.Server, *client.API) {
 	standIn := stripefake.New()
 	t.Cleanup(standIn.Close)
-	return standIn, stripeevents.NewStripeClient(stripefake.SecretKey, standIn.URL)
+	return standIn, stripeevents.NewStripeClient(stripefake.SecretKey, standIn.URL, nil)
 }
 
 // The stand-in answers the way stripe-go reads Stripe: a charge's refunds, all pages of them, and a

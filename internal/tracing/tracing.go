@@ -1,0 +1,124 @@
+// Package tracing is onceledger's OpenTelemetry traces: the tracer provider serve starts from the
+// standard OTEL_ variables (config.Tracing), and every kind of span the service makes: a route's
+// request (http.go), a SQL statement (sql.go), a call to the Stripe API (stripe.go), a River job, a
+// step of the webhook's processing and a group commit (here). Tracing off is a nil *Tracing, whose
+// methods hand back what they are given: nothing is installed, and the request path pays nothing for
+// tracing, not even an allocation. No span carries a secret or a value of the money: SQL arguments,
+// request bodies, ids in paths and error messages are never recorded.
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/onceledger/onceledger/internal/config"
+)
+
+// instrumentation names onceledger's own spans (the steps, SQL, Stripe calls) to the provider.
+const instrumentation = "github.com/onceledger/onceledger"
+
+// Tracing makes the service's spans on one tracer provider; nil is off.
+type Tracing struct {
+	provider trace.TracerProvider
+	tracer   trace.Tracer
+}
+
+// New traces on provider: what Start builds, or a test's provider with an in-memory exporter.
+func New(provider trace.TracerProvider) *Tracing {
+	return &Tracing{provider: provider, tracer: provider.Tracer(instrumentation)}
+}
+
+// Start builds the tracer provider cfg asks for: spans batched to an OTLP/HTTP exporter at
+// cfg.Endpoint, sampled as cfg says, under the service's name and version. With no endpoint it
+// starts nothing and returns nil (off). shutdown sends the spans still batched and stops the
+// exporter; it is to run last, once the server drained and the jobs stopped. A collector that cannot
+// be reached costs spans, never requests: the exporter's failures are logged.
+func Start(ctx context.Context, cfg config.Tracing, version string, log *slog.Logger) (t *Tracing, shutdown func(context.Context) error, err error) {
+	if cfg.Endpoint == "" {
+		return nil, func(context.Context) error { return nil }, nil
+	}
+	// OpenTelemetry reports an export that failed through its one global handler.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing", "error", err.Error())
+	}))
+	exporter, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+	if err != nil {
+		return nil, nil, fmt.Errorf("trace exporter for %s: %w", cfg.Endpoint, err)
+	}
+	sampler := sdktrace.TraceIDRatioBased(cfg.Ratio)
+	if cfg.ParentBased {
+		sampler = sdktrace.ParentBased(sampler)
+	}
+	provider := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exporter),
+		sdktrace.WithSampler(sampler),
+		sdktrace.WithResource(resource.NewSchemaless(
+			attribute.String("service.name", cfg.ServiceName), attribute.String("service.version", version),
+		)),
+	)
+	log.Info("tracing", "endpoint", cfg.Endpoint, "service", cfg.ServiceName)
+	return New(provider), provider.Shutdown, nil
+}
+
+// noSpan is what Start and Group hand back when tracing is off: one shared span that records
+// nothing, so that ending it or asking IsRecording costs nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// Start begins the span of a step (a webhook's verification, its record, its effect) as a child of
+// ctx's span. Attributes are for a recording span only: set them under span.IsRecording().
+func (t *Tracing) Start(ctx context.Context, name string) (context.Context, trace.Span) {
+	if t == nil {
+		return ctx, noSpan
+	}
+	return t.tracer.Start(ctx, name)
+}
+
+// Group begins the span of a group commit on ctx (the group's own, which no member's may cancel):
+// the transaction that n requests share. Its statements are its children. A group of one is its
+// member's child; a larger one is a root linked to the span of each member (member(i) is the i-th
+// member's context), so that each request's trace leads to the commit that answered it.
+func (t *Tracing) Group(ctx context.Context, name string, n int, member func(i int) context.Context) (context.Context, trace.Span) {
+	if t == nil {
+		return ctx, noSpan
+	}
+	size := trace.WithAttributes(attribute.Int("onceledger.group.size", n))
+	if n == 1 {
+		return t.tracer.Start(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(member(0))), name, size)
+	}
+	links := make([]trace.Link, n)
+	for i := range links {
+		links[i] = trace.LinkFromContext(member(i))
+	}
+	return t.tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithLinks(links...), size)
+}
+
+// JobMiddleware traces the River client's jobs (a span per insert and per work, named by the job's
+// kind), the work's span linked to the span that enqueued the job; nil when off. Its metrics go
+// nowhere: the service's metrics are Prometheus's.
+func (t *Tracing) JobMiddleware() []rivertype.Middleware {
+	if t == nil {
+		return nil
+	}
+	return []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		TracerProvider:              t.provider,
+		MeterProvider:               metricnoop.NewMeterProvider(),
+		EnableTracePropagation:      true,
+		EnableWorkSpanJobKindSuffix: true,
+	})}
+}
+
+// propagators read a caller's traceparent, so that a request joins the trace of the service that
+// sent it (OTEL_TRACES_SAMPLER's parentbased_ samplers then follow its decision).
+var propagators = propagation.TraceContext{}
