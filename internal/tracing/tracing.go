@@ -1,7 +1,7 @@
 // Package tracing is onceledger's OpenTelemetry traces: the tracer provider serve starts from the
 // standard OTEL_ variables (config.Tracing), and every kind of span the service makes: a route's
-// request (http.go), a SQL statement (sql.go), a call to the Stripe API (stripe.go), a River job, a
-// step of the webhook's processing and a group commit (here). Tracing off is a nil *Tracing, whose
+// request (http.go), a SQL statement (sql.go), a call to the Stripe API (stripe.go), a River job
+// (jobs.go), a step of the webhook's processing and a group commit (here). Tracing off is a nil *Tracing, whose
 // methods hand back what they are given: nothing is installed, and the request path pays nothing for
 // tracing, not even an allocation. No span carries a secret or a value of the money: SQL arguments,
 // request bodies, ids in paths and error messages are never recorded.
@@ -12,12 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/riverqueue/river/rivertype"
-	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -102,21 +99,6 @@ func (t *Tracing) Group(ctx context.Context, name string, n int, member func(i i
 		links[i] = trace.LinkFromContext(member(i))
 	}
 	return t.tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithLinks(links...), size)
-}
-
-// JobMiddleware traces the River client's jobs (a span per insert and per work, named by the job's
-// kind), the work's span linked to the span that enqueued the job; nil when off. Its metrics go
-// nowhere: the service's metrics are Prometheus's.
-func (t *Tracing) JobMiddleware() []rivertype.Middleware {
-	if t == nil {
-		return nil
-	}
-	return []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
-		TracerProvider:              t.provider,
-		MeterProvider:               metricnoop.NewMeterProvider(),
-		EnableTracePropagation:      true,
-		EnableWorkSpanJobKindSuffix: true,
-	})}
 }
 
 // propagators read a caller's traceparent, so that a request joins the trace of the service that
