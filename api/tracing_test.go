@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -13,11 +12,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
 	"github.com/onceledger/onceledger/internal/config"
-	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/stripefake"
 	"github.com/onceledger/onceledger/internal/tracing"
 )
@@ -30,23 +27,12 @@ const tracedAPIKey = "key_traced_secret"
 func newTracedWebhookServer(t *testing.T, spans *tracetest.SpanRecorder) *webhookServer {
 	t.Helper()
 	tr := tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
-	pool, err := db.Open(context.Background(), dbtest.URL(t), db.WithTracer(tr.SQL()))
+	pool, err := db.Open(context.Background(), dbtest.URL(t), db.WithTracing(tr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	stripe := stripefake.New()
-	t.Cleanup(stripe.Close)
-	cfg := config.Config{
-		WebhookSecrets: []string{testSecret}, StripeSecretKey: stripefake.SecretKey, StripeAPIBase: stripe.URL,
-		APIKeys: []string{tracedAPIKey},
-	}
-	m := metrics.New()
-	deps := api.WiredDeps(pool, cfg, discardLog(), db.LedgerConfig{Observe: m.ObservePosting, Tracing: tr})
-	deps.Metrics = m
-	srv := httptest.NewServer(api.NewHandler(deps))
-	t.Cleanup(srv.Close)
-	return &webhookServer{t: t, pool: pool, url: srv.URL, stripe: stripe, metrics: m}
+	return newWebhookServerOn(t, pool, tr, func(c *config.Config) { c.APIKeys = []string{tracedAPIKey} })
 }
 
 // One delivery of a paid Checkout Session is one trace: the route's span, the webhook's steps and a

@@ -21,6 +21,7 @@ import (
 	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/stripefake"
+	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 const (
@@ -47,7 +48,12 @@ func withSecrets(secrets ...string) serverOption {
 
 func newWebhookServer(t *testing.T, opts ...serverOption) *webhookServer {
 	t.Helper()
-	pool := dbtest.New(t)
+	return newWebhookServerOn(t, dbtest.New(t), nil, opts...)
+}
+
+// newWebhookServerOn is newWebhookServer on pool's database, traced by tr when it is set.
+func newWebhookServerOn(t *testing.T, pool *pgxpool.Pool, tr *tracing.Tracing, opts ...serverOption) *webhookServer {
+	t.Helper()
 	stripe := stripefake.New()
 	t.Cleanup(stripe.Close)
 	cfg := config.Config{WebhookSecrets: []string{testSecret}, StripeSecretKey: stripefake.SecretKey, StripeAPIBase: stripe.URL}
@@ -55,7 +61,7 @@ func newWebhookServer(t *testing.T, opts ...serverOption) *webhookServer {
 		opt(&cfg)
 	}
 	m := metrics.New()
-	deps := api.WiredDeps(pool, cfg, discardLog(), db.LedgerConfig{Observe: m.ObservePosting})
+	deps := api.WiredDeps(pool, cfg, discardLog(), db.LedgerConfig{Observe: m.ObservePosting, Tracing: tr})
 	deps.Metrics = m
 	srv := httptest.NewServer(api.NewHandler(deps))
 	t.Cleanup(srv.Close)

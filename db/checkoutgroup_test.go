@@ -65,6 +65,12 @@ func lockAccount(t *testing.T, pool *pgxpool.Pool, account string) (release func
 // g must be new.
 func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.Ledger, payments []db.CheckoutPayment) (wait func() []checkoutAnswer) {
 	t.Helper()
+	return startOneGroupIn(t, pool, g, payments, nil)
+}
+
+// startOneGroupIn is startOneGroup with payment i made in ctxs[i] (the background when ctxs is nil).
+func startOneGroupIn(t *testing.T, pool *pgxpool.Pool, g *db.Ledger, payments []db.CheckoutPayment, ctxs []context.Context) (wait func() []checkoutAnswer) {
+	t.Helper()
 	ctx := context.Background()
 	held, release := db.GateCheckoutGroups(g)
 	t.Cleanup(release)
@@ -81,6 +87,10 @@ func startOneGroup(t *testing.T, pool *pgxpool.Pool, g *db.Ledger, payments []db
 	answers := make([]checkoutAnswer, len(payments))
 	var wg sync.WaitGroup
 	for i, p := range payments {
+		ctx := ctx
+		if ctxs != nil {
+			ctx = ctxs[i]
+		}
 		wg.Go(func() {
 			paid, posted, err := g.PayCheckout(ctx, p)
 			answers[i] = checkoutAnswer{paid, posted, err}

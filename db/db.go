@@ -50,16 +50,6 @@ func WithMaxConns(n int32) Option {
 	}
 }
 
-// WithTracer traces every statement of the pool's connections (tracing.Tracing.SQL); nil, tracing
-// off, leaves the pool without a tracer.
-func WithTracer(t pgx.QueryTracer) Option {
-	return func(cfg *poolConfig) {
-		if t != nil {
-			cfg.ConnConfig.Tracer = t
-		}
-	}
-}
-
 func redact(cfg *pgxpool.Config) string {
 	return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 }

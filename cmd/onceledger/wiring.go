@@ -45,7 +45,7 @@ type wiring struct {
 // metrics). tr, when tracing is on (serve), traces the statements, the group commits, the webhook's
 // steps, the jobs and the Stripe calls.
 func (e env) wire(ctx context.Context, work bool, observe func(kind, result string), tr *tracing.Tracing) (*wiring, error) {
-	pool, err := e.openPool(ctx, db.WithTracer(tr.SQL()))
+	pool, err := e.openPool(ctx, db.WithTracing(tr))
 	if err != nil {
 		return nil, err
 	}

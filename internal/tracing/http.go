@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -28,3 +29,7 @@ func (t *Tracing) Route(method, pattern string, h http.Handler) http.Handler {
 		)),
 	)
 }
+
+// propagators read a caller's traceparent, so that a request joins the trace of the service that
+// sent it (OTEL_TRACES_SAMPLER's parentbased_ samplers then follow its decision).
+var propagators = propagation.TraceContext{}

@@ -7,8 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/attribute"
@@ -70,32 +70,40 @@ func TestQueryName(t *testing.T) {
 
 // A statement's span holds its name, never its arguments; of a failure only its SQLSTATE, never the
 // message, which may quote a row. A statement outside any traced request makes no span.
-func TestSQLSpans(t *testing.T) {
+func TestStatementSpans(t *testing.T) {
 	t.Parallel()
 	tr, spans := recorded()
-	sql := tr.SQL()
-	sql.TraceQueryEnd(sql.TraceQueryStart(context.Background(), nil, pgx.TraceQueryStartData{SQL: "-- name: Untraced :one\nSELECT $1", Args: []any{"x"}}), nil, pgx.TraceQueryEndData{})
-	if n := len(spans.Ended()); n != 0 {
-		t.Fatalf("a statement outside a request made %d spans", n)
+	ctx, span := tr.Statement(context.Background(), "-- name: Untraced :one\nSELECT $1", time.Time{})
+	tracing.EndStatement(span, nil)
+	if ctx != context.Background() || len(spans.Ended()) != 0 {
+		t.Fatalf("a statement outside a request made %d spans", len(spans.Ended()))
 	}
 	ctx, request := tr.Start(context.Background(), "request")
 	failure := &pgconn.PgError{Code: "23505", Message: `duplicate key value (dedupe_key)=(secret_arg)`}
-	qctx := sql.TraceQueryStart(ctx, nil, pgx.TraceQueryStartData{SQL: "-- name: LedgerEntryInsert :one\nINSERT …", Args: []any{"secret_arg", 987654}})
-	sql.TraceQueryEnd(qctx, nil, pgx.TraceQueryEndData{Err: errors.Join(errors.New("wrapped"), failure)})
+	_, statement := tr.Statement(ctx, "-- name: LedgerEntryInsert :one\nINSERT …", time.Time{})
+	tracing.EndStatement(statement, errors.Join(errors.New("wrapped"), failure))
+	began := time.Now().Add(-time.Second)
+	batchCtx, batch := tr.Batch(ctx, 2)
+	_, queued := tr.Statement(batchCtx, "commit", began)
+	tracing.EndStatement(queued, nil)
+	tracing.EndStatement(batch, nil)
 	request.End()
+
 	ended := spans.Ended()
-	if len(ended) != 2 || ended[0].Name() != "LedgerEntryInsert" {
-		t.Fatalf("spans %v, want LedgerEntryInsert then request", ended)
+	if len(ended) != 4 || ended[0].Name() != "LedgerEntryInsert" || ended[1].Name() != "COMMIT" || ended[2].Name() != "batch" {
+		t.Fatalf("spans %v, want LedgerEntryInsert, COMMIT, batch, request", ended)
 	}
-	statement := ended[0]
-	if statement.Parent().SpanID() != request.SpanContext().SpanID() {
-		t.Error("the statement's span is not the request's child")
+	if ended[0].Parent().SpanID() != request.SpanContext().SpanID() || ended[1].Parent().SpanID() != batch.SpanContext().SpanID() {
+		t.Error("a statement's span is not the child of its request's, or of its batch's")
 	}
-	if got := attributes(statement)["db.response.status_code"]; got != "23505" {
+	if !ended[1].StartTime().Equal(began) {
+		t.Errorf("the batch's statement began at %v, want %v", ended[1].StartTime(), began)
+	}
+	if got := attributes(ended[0])["db.response.status_code"]; got != "23505" {
 		t.Errorf("db.response.status_code = %q, want 23505", got)
 	}
-	for _, text := range append(spanValues(statement), statement.Status().Description) {
-		if strings.Contains(text, "secret_arg") || strings.Contains(text, "987654") {
+	for _, text := range append(spanValues(ended[0]), ended[0].Status().Description) {
+		if strings.Contains(text, "secret_arg") || strings.Contains(text, "duplicate") {
 			t.Errorf("the statement's span records %q", text)
 		}
 	}

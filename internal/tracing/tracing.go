@@ -1,10 +1,10 @@
 // Package tracing is onceledger's OpenTelemetry traces: the tracer provider serve starts from the
 // standard OTEL_ variables (config.Tracing), and every kind of span the service makes: a route's
-// request (http.go), a SQL statement (sql.go), a call to the Stripe API (stripe.go), a River job
-// (jobs.go), a step of the webhook's processing and a group commit (here). Tracing off is a nil *Tracing, whose
-// methods hand back what they are given: nothing is installed, and the request path pays nothing for
-// tracing, not even an allocation. No span carries a secret or a value of the money: SQL arguments,
-// request bodies, ids in paths and error messages are never recorded.
+// request (http.go), a SQL statement (sql.go: db.WithTracing calls it), a Stripe API call (stripe.go), a River job
+// (jobs.go), a step of the webhook's processing and a group commit (here). Tracing off is a nil
+// *Tracing, whose methods hand back what they are given: nothing is installed, and the request path
+// pays nothing for tracing, not even an allocation. No span carries a secret or a value of the
+// money: SQL arguments, request bodies, ids in paths and error messages are never recorded.
 package tracing
 
 import (
@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -85,22 +84,24 @@ func (t *Tracing) Start(ctx context.Context, name string) (context.Context, trac
 // Group begins the span of a group commit on ctx (the group's own, which no member's may cancel):
 // the transaction that n requests share. Its statements are its children. A group of one is its
 // member's child; a larger one is a root linked to the span of each member (member(i) is the i-th
-// member's context), so that each request's trace leads to the commit that answered it.
+// member's context), so that each request's trace leads to the commit that answered it. A group none
+// of whose members is traced makes no span, as a statement outside a traced request makes none.
 func (t *Tracing) Group(ctx context.Context, name string, n int, member func(i int) context.Context) (context.Context, trace.Span) {
 	if t == nil {
 		return ctx, noSpan
 	}
-	size := trace.WithAttributes(attribute.Int("onceledger.group.size", n))
-	if n == 1 {
-		return t.tracer.Start(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(member(0))), name, size)
+	var links []trace.Link
+	for i := range n {
+		if sc := trace.SpanContextFromContext(member(i)); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
 	}
-	links := make([]trace.Link, n)
-	for i := range links {
-		links[i] = trace.LinkFromContext(member(i))
+	size := trace.WithAttributes(attribute.Int("onceledger.group.size", n))
+	switch {
+	case len(links) == 0:
+		return ctx, noSpan
+	case n == 1:
+		return t.tracer.Start(trace.ContextWithSpanContext(ctx, links[0].SpanContext), name, size)
 	}
 	return t.tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithLinks(links...), size)
 }
-
-// propagators read a caller's traceparent, so that a request joins the trace of the service that
-// sent it (OTEL_TRACES_SAMPLER's parentbased_ samplers then follow its decision).
-var propagators = propagation.TraceContext{}
