@@ -1,10 +1,11 @@
 // Package tracing is onceledger's OpenTelemetry traces: the tracer provider serve starts from the
 // standard OTEL_ variables (config.Tracing), and every kind of span the service makes: a route's
-// request (http.go), a SQL statement (sql.go: db.WithTracing calls it), a Stripe API call (stripe.go), a River job
-// (jobs.go), a step of the webhook's processing and a group commit (here). Tracing off is a nil
-// *Tracing, whose methods hand back what they are given: nothing is installed, and the request path
-// pays nothing for tracing, not even an allocation. No span carries a secret or a value of the
-// money: SQL arguments, request bodies, ids in paths and error messages are never recorded.
+// request (http.go), a SQL statement (sql.go, called by db.WithTracing's tracer), a Stripe API call
+// (stripe.go), a River job (jobs.go), a step of the webhook's processing and a group commit (here).
+// Tracing off is a nil *Tracing, whose methods hand back what they are given: nothing is installed,
+// and the request path pays nothing for tracing, not even an allocation. No span carries a secret or
+// a value of the money: SQL arguments, request bodies, ids in paths and error messages are never
+// recorded.
 package tracing
 
 import (
