@@ -92,6 +92,7 @@ func startServeWithErrors(t *testing.T, vars map[string]string, stdout, stderr *
 		}
 		select {
 		case err := <-done:
+			done <- err // for the cleanup, which would otherwise wait for it forever
 			t.Fatalf("serve exited early: %v; logs:\n%s", err, stderr)
 		case <-time.After(20 * time.Millisecond):
 		}

@@ -53,6 +53,7 @@ func TestServeSendsSpansToTheConfiguredCollector(t *testing.T) {
 				}
 			})
 			tc.vars["DATABASE_URL"] = dbtest.URL(t)
+			tc.vars["DB_MAX_CONNS"] = "4" // enough for the job queue; the health check needs none
 			tc.vars["OTEL_EXPORTER_OTLP_ENDPOINT"] = url
 			base := startServeWithErrors(t, tc.vars, &output{}, stderr)
 			resp, err := http.Get(base + "/healthz")
