@@ -81,9 +81,10 @@ func routes(d Deps) *mux.Router {
 // router adds routes to a gorilla/mux router or to one of its prefixes' subrouters. The router
 // matches the escaped path, so that an encoded "/" stays inside its path segment: one (invalid) id,
 // never a path into another route. Each route is timed by the metrics under its pattern, fixed here
-// (not its path, which would explode the label set with ids), and traced under it when tracing is on. A request no route takes (404) or a
-// route takes with other methods only (405) is refused in JSON, or as a page under /console, and is
-// not timed, its path and method being the caller's to choose.
+// (not its path, which would explode the label set with ids), and traced under it when tracing is
+// on. A request no route takes (404) or a route takes with other methods only (405) is refused in
+// JSON, or as a page under /console, and is neither timed nor traced, its path and method being the
+// caller's to choose.
 type router struct {
 	mux     *mux.Router
 	metrics *metrics.Metrics
