@@ -238,16 +238,16 @@ func (e PostAdjustmentJSONBodyCategory) Valid() bool {
 
 // Defines values for GetStatementParamsFormat.
 const (
-	Csv  GetStatementParamsFormat = "csv"
-	JSON GetStatementParamsFormat = "json"
+	GetStatementParamsFormatCSV  GetStatementParamsFormat = "csv"
+	GetStatementParamsFormatJSON GetStatementParamsFormat = "json"
 )
 
 // Valid indicates whether the value is a known member of the GetStatementParamsFormat enum.
 func (e GetStatementParamsFormat) Valid() bool {
 	switch e {
-	case Csv:
+	case GetStatementParamsFormatCSV:
 		return true
-	case JSON:
+	case GetStatementParamsFormatJSON:
 		return true
 	default:
 		return false
