@@ -12,9 +12,9 @@
 package client
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
-	"io"
 	mathrand "math/rand/v2"
 	"net/http"
 	"strconv"
@@ -88,16 +88,14 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 	for attempt := 1; ; attempt++ {
 		resp, err := t.next.Do(req)
 		wait, retry := t.retryAfter(attempt, resp, err)
-		if retry && req.Body != nil && req.GetBody == nil {
-			retry = false // a body that cannot be sent twice
-		}
-		if retry && !t.sleep(req, wait) {
-			retry = false // ctx ended, or ends before the wait would
-		}
-		if !retry {
+		if !retry || (req.Body != nil && req.GetBody == nil) { // a body that cannot be sent twice
 			return answer(resp, err, attempt)
 		}
-		discard(resp)
+		// Read the refusal now, freeing its connection during the wait, and answer it if the wait is cut.
+		_, refusal := answer(resp, err, attempt)
+		if !sleep(req.Context(), wait) {
+			return nil, refusal
+		}
 		if req.GetBody != nil {
 			body, err := req.GetBody()
 			if err != nil {
@@ -146,8 +144,7 @@ func parseRetryAfter(v string) (time.Duration, bool) {
 
 // sleep waits d unless the request's context ends first, or would end before d is over (then it
 // returns false at once: the refusal is answered now instead of after a pointless wait).
-func (t *transport) sleep(req *http.Request, d time.Duration) bool {
-	ctx := req.Context()
+func sleep(ctx context.Context, d time.Duration) bool {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
 		return false
 	}
@@ -175,13 +172,4 @@ func answer(resp *http.Response, err error, attempts int) (*http.Response, error
 	}
 	defer resp.Body.Close()
 	return nil, readAPIError(resp)
-}
-
-// discard reads what is left of a refused attempt's body, so that its connection can be reused.
-func discard(resp *http.Response) {
-	if resp == nil {
-		return
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
 }
