@@ -103,6 +103,9 @@ citus-down: ## stop the local Citus cluster
 CITUS_PLAIN_ONLY := $(shell sed -n 's/^| `\(Test[A-Za-z0-9_]*\)` |.*/\1/p' docs/scaling.md | paste -sd'|' -)
 
 test-citus: $(GOTESTSUM) chromium citus-build ## the whole suite again with every test database on a local Citus cluster, but the tests docs/scaling.md lists (fails, never skips, without Citus)
+	@for t in $$(echo '$(CITUS_PLAIN_ONLY)' | tr '|' ' '); do \
+	  grep -rqs --include='*_test.go' "^func $$t(" . || { echo "docs/scaling.md lists $$t, which no test file defines"; exit 1; }; \
+	done
 	ONCELEDGER_TEST_BACKEND=citus $(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -count=1 -timeout 25m \
 	  -skip '^($(CITUS_PLAIN_ONLY))$$' ./...
 
