@@ -12,6 +12,9 @@ BIN       := $(CURDIR)/.bin
 SQLC      := $(BIN)/sqlc-$(SQLC_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
 ONCELEDGER := $(BIN)/onceledger
+# The Go client, generated from the API's document by the oapi-codegen pinned in go.mod (go tool);
+# $(call OAPI_CODEGEN,file) writes it to file.
+OAPI_CODEGEN = go tool oapi-codegen -config client/oapi-codegen.yaml -o $(1) api/openapi.yaml
 
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -ldflags "-X main.version=$(VERSION)"
@@ -59,8 +62,10 @@ chromium: ## install Chromium for the console's browser tests when it is missing
 screenshots: chromium ## retake the console's screenshots into docs/console/ (the browser test, CONSOLE_SCREENSHOTS=1)
 	CONSOLE_SCREENSHOTS=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./internal/console
 
-verify: $(SQLC) ## generated code fresh, go vet, migrations up/down/up, a short fuzz of the webhook's signature check and event parsing, JSON decoding and the id formats
+verify: $(SQLC) ## generated code fresh (sqlc, the client), go vet, migrations up/down/up, a short fuzz of the webhook's signature check and event parsing, JSON decoding and the id formats
 	$(SQLC) diff
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(call OAPI_CODEGEN,$$tmp/onceledger.gen.go) && \
+	  { diff -u client/onceledger.gen.go $$tmp/onceledger.gen.go || { echo 'client/ is stale: run make generate'; exit 1; }; }
 	go vet ./...
 	go vet -tags citus ./db
 	go test -count=1 -run '^TestMigrationsRoundTrip$$' ./db
@@ -98,6 +103,9 @@ citus-down: ## stop the local Citus cluster
 CITUS_PLAIN_ONLY := $(shell sed -n 's/^| `\(Test[A-Za-z0-9_]*\)` |.*/\1/p' docs/scaling.md | paste -sd'|' -)
 
 test-citus: $(GOTESTSUM) chromium citus-build ## the whole suite again with every test database on a local Citus cluster, but the tests docs/scaling.md lists (fails, never skips, without Citus)
+	@for t in $$(echo '$(CITUS_PLAIN_ONLY)' | tr '|' ' '); do \
+	  grep -rqs --include='*_test.go' "^func $$t(" . || { echo "docs/scaling.md lists $$t, which no test file defines"; exit 1; }; \
+	done
 	ONCELEDGER_TEST_BACKEND=citus $(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -count=1 -timeout 25m \
 	  -skip '^($(CITUS_PLAIN_ONLY))$$' ./...
 
@@ -106,8 +114,9 @@ bench: build ## the server next to direct-SQL baselines (one table), then every 
 	go run ./cmd/onceledger-bench -bin $(ONCELEDGER) $(if $(QUICK),-quick)
 	go test -count=1 -run '^$$' -bench . -skip '^Benchmark(Billing(Holds|Lots)?|Reread)$$' $(if $(QUICK),-benchtime=1x) ./...
 
-generate: $(SQLC) ## regenerate db/internal/dbsqlc from sql/ (never edit it by hand)
+generate: $(SQLC) ## regenerate db/internal/dbsqlc from sql/ and client/onceledger.gen.go from api/openapi.yaml (never edit either by hand)
 	$(SQLC) generate
+	$(call OAPI_CODEGEN,client/onceledger.gen.go)
 
 lint: ## go vet and gofmt
 	go vet ./...

@@ -14,7 +14,7 @@ import (
 
 // Scale-out on Citus (SPEC §15). On a database with the citus extension, `migrate up` runs a distribute
 // step after the migrations: sql/citus/prepare.sql (unique keys that include the distribution column, the
-// chain and lot triggers per entry on shards, the global dedupe_claims, and the Citus forms of the
+// chain and lot triggers' forms that run per statement on the shards, the global dedupe_claims, and the Citus forms of the
 // functions the one road calls), every time, since running it again is harmless and gives back the Citus
 // forms a later migration would have replaced; then it distributes every table below that exists and is
 // not distributed yet. On plain PostgreSQL nothing of this runs.

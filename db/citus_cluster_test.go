@@ -122,6 +122,17 @@ func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 
 func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A pipelined transaction's statements (a group's, the happy path's) are sent as a batch.
+func (s *statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (s *statements) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	s.TraceQueryStart(ctx, nil, pgx.TraceQueryStartData{SQL: data.SQL, Args: data.Args})
+}
+
+func (s *statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // take returns the statements recorded since the last take.
 func (s *statements) take() []statement {
 	s.mu.Lock()
@@ -185,7 +196,11 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	explain := dbtest.New(t) // EXPLAIN on a pool of its own: its statements are not recorded
+	explain, err := pgxpool.New(ctx, url) // EXPLAIN on a pool of its own: its statements are not recorded
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer explain.Close()
 	ledger := dbtest.Ledger(t, pool)
 
 	// Accounts on every shard, each with a grant lot expiring in an hour.
@@ -223,6 +238,7 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	if _, err := db.VoidHold(ctx, pool, one, "h_void"); err != nil {
 		t.Fatal(err)
 	}
+	payCheckoutByTheGeneralPath(t, pool, ledger, one)
 	lots, err := db.Lots(ctx, pool, one, false, 10)
 	if err != nil || len(lots) == 0 {
 		t.Fatalf("lots of %s: %v %v", one, lots, err)
@@ -230,16 +246,23 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	oneAccount := recorded.take()
 	oneAccountCommands := remote.take()
 	// A lot's void names the lot alone (POST /v1/lots/{id}/void): finding its account asks every shard
-	// once (CreditLotsGet); everything after runs on the account's.
+	// once (its first statement, CreditLotsGet); everything after runs on the account's.
 	if _, err := ledger.VoidLot(ctx, lots[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range recorded.take() {
-		if s.name != "CreditLotsGet" {
-			oneAccount = append(oneAccount, s)
-		}
+	void := recorded.take()
+	if len(void) < 2 || void[0].name != "CreditLotsGet" {
+		t.Fatalf("a lot's void ran %v, want CreditLotsGet first", void)
 	}
-	remote.take()
+	oneAccount = append(oneAccount, void[1:]...)
+	voidCommands := remote.take()
+	for i, c := range voidCommands {
+		if strings.Contains(c, "credit_lots_") && strings.Contains(c, "SELECT") && !strings.Contains(c, "FOR ") {
+			// The lookup's fan-out: every shard of credit_lots once, before any lock.
+			continue
+		}
+		oneAccountCommands = append(oneAccountCommands, voidCommands[i])
+	}
 
 	// The set-based passes, over every account: billing, holds and lots past their time.
 	for _, a := range accounts[1:] {
@@ -295,6 +318,52 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	}
 }
 
+// payCheckoutByTheGeneralPath applies a paid Checkout Session's first delivery as the webhook's general
+// path does on Citus (internal/stripeevents' Processor.Process): whether the event is recorded, then in
+// one transaction the event recorded as applied, the payment locked, the order paid, the events waiting
+// for the payment read and the credit posted.
+func payCheckoutByTheGeneralPath(t *testing.T, pool *pgxpool.Pool, ledger *db.Ledger, account string) {
+	t.Helper()
+	ctx := context.Background()
+	order := db.Topup{ID: "top_" + account, AccountID: account, Amount: 500, Currency: "usd"}
+	if _, _, err := db.InsertPendingTopup(ctx, pool, order); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE topups SET session_id = 'cs_'||account_id WHERE account_id = $1 AND id = $2`, account, order.ID); err != nil {
+		t.Fatal(err)
+	}
+	order.SessionID, order.PaymentIntent = "cs_"+account, "pi_"+account
+	event := db.Event{ID: "evt_" + account, Type: "checkout.session.completed", Created: time.Now(), Payload: []byte(`{}`),
+		Outcome: "applied", PaymentIntent: order.PaymentIntent}
+	if recorded, err := db.EventRecorded(ctx, pool, event.ID); err != nil || recorded {
+		t.Fatalf("event recorded %t, %v", recorded, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if duplicate, err := db.RecordEvent(ctx, tx, event); err != nil || duplicate {
+		t.Fatalf("record event: duplicate %t, %v", duplicate, err)
+	}
+	if err := db.LockPayment(ctx, tx, order.PaymentIntent); err != nil {
+		t.Fatal(err)
+	}
+	if _, paid, err := db.PayTopup(ctx, tx, order, event.ID); err != nil || !paid {
+		t.Fatalf("pay order: paid %t, %v", paid, err)
+	}
+	if _, err := db.ParkedEventsForPayment(ctx, tx, order.PaymentIntent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.Post(ctx, tx, db.Posting{AccountID: account, Kind: db.KindTopup, Amount: order.Amount,
+		PaymentIntent: order.PaymentIntent, DedupeKey: "stripe:" + event.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 var taskCounts = regexp.MustCompile(`Task Count: (\d+)`)
 
 func explainPlan(t *testing.T, pool *pgxpool.Pool, s statement) string {
@@ -310,13 +379,30 @@ func explainPlan(t *testing.T, pool *pgxpool.Pool, s statement) string {
 	return strings.Join(lines, "\n")
 }
 
-// pulledFromShards: an INSERT ... SELECT whose rows come to the coordinator, from a distributed scan
-// beneath it. Rows planned on the coordinator from arrays (ledger_append's, the intake's) are not pulled
-// from anywhere.
+// pulledFromShards: an INSERT ... SELECT whose rows come to the coordinator from a distributed scan in
+// its own subtree. Rows planned on the coordinator from arrays (ledger_append's, the intake's) or from a
+// CTE's intermediate result (a distributed subplan of its own, checked as such) are not pulled from
+// any shard.
 func pulledFromShards(plan string) bool {
-	i := strings.Index(plan, "INSERT/SELECT method: pull to coordinator")
-	return i >= 0 && strings.Contains(plan[i:], "Custom Scan (Citus Adaptive)")
+	lines := strings.Split(plan, "\n")
+	for i, line := range lines {
+		if !strings.Contains(line, "INSERT/SELECT method: pull to coordinator") || i == 0 {
+			continue
+		}
+		depth := indent(lines[i-1]) // the Custom Scan (Citus INSERT ... SELECT) it belongs to
+		for _, below := range lines[i+1:] {
+			if indent(below) <= depth {
+				break
+			}
+			if strings.Contains(below, "Custom Scan (Citus Adaptive)") {
+				return true
+			}
+		}
+	}
+	return false
 }
+
+func indent(line string) int { return len(line) - len(strings.TrimLeft(line, " ")) }
 
 // onKeyedTable: a plan on the tables distributed by a key of their own (a claim, an event), whose
 // shard is the key's, not the account's.

@@ -50,12 +50,23 @@ func (b *bench) billingPass(ctx context.Context) {
 func printBackends(w io.Writer, plain, cluster *bench) {
 	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(t, "workload\tc\tplain ops/s\tplain p50\tCitus ops/s\tCitus p50\tCitus ÷ plain\terrors (plain, Citus)\t")
+	// Paired by workload and concurrency, not by position: a workload that failed to start on one
+	// backend has one error row there instead of a row per concurrency.
+	type key struct {
+		workload    string
+		concurrency int
+	}
+	measured := map[key]row{}
+	for _, c := range cluster.rows {
+		measured[key{c.workload, c.concurrency}] = c
+	}
 	var notes []string
-	for i, p := range plain.rows {
-		if i >= len(cluster.rows) {
-			break
+	for _, p := range plain.rows {
+		c, ok := measured[key{p.workload, p.concurrency}]
+		if !ok {
+			notes = append(notes, fmt.Sprintf("%s c=%d: not measured on Citus", p.workload, p.concurrency))
+			continue
 		}
-		c := cluster.rows[i]
 		ratio := "-"
 		if base, own := p.opsPerSecond(), c.opsPerSecond(); base > 0 && own > 0 {
 			ratio = fmt.Sprintf("%.2f×", own/base)

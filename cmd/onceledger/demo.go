@@ -49,7 +49,10 @@ func demo(ctx context.Context, e env, args []string, getenv func(string) string)
 	fmt.Fprintf(e.stdout, "onceledger demo: the server at %s; its Stripe API is not called (payloads carry their refunds)\n", *url)
 	// Names of their own, so that a second run against the same server starts from a fresh account.
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	d := newDemoRun(e.stdout, strings.TrimRight(*url, "/"), *secret, *apiKey, tag, nil)
+	d, err := newDemoRun(e.stdout, strings.TrimRight(*url, "/"), *secret, *apiKey, tag, nil)
+	if err != nil {
+		return err
+	}
 	d.billingWait = e.cfg.ReconcileInterval + 5*time.Second
 	return d.conclude(d.run(ctx))
 }
@@ -104,7 +107,10 @@ func demoSelfContained(ctx context.Context, e env, getenv func(string) string) e
 
 	fmt.Fprintf(e.stdout, "onceledger demo: the real server at %s on scratch database %s\n", base, name)
 	fmt.Fprintf(e.stdout, "Stripe API: a loopback STAND-IN at %s (Checkout Sessions, a charge's refund list), not Stripe\n", stripeAPI.URL)
-	d := newDemoRun(e.stdout, base, demoWebhookSecret, demoAPIKey, "", stripeAPI)
+	d, err := newDemoRun(e.stdout, base, demoWebhookSecret, demoAPIKey, "", stripeAPI)
+	if err != nil {
+		return err
+	}
 	if err := d.run(ctx); err != nil {
 		return d.conclude(fmt.Errorf("%w\nserver log:\n%s", err, logs()))
 	}

@@ -3,14 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/onceledger/onceledger/client"
 	"github.com/onceledger/onceledger/internal/stripefake"
 )
 
@@ -18,11 +17,11 @@ import (
 const demoAPIVersion = "2024-06-20"
 
 // demoRun is the demo's scenario: it sends the requests Stripe and the product would (signed webhooks,
-// API calls), prints each response, and checks the balance after each step.
+// API calls through the Go client), prints each response, and checks the balance after each step.
 type demoRun struct {
-	out            io.Writer
-	base           string
-	secret, apiKey string
+	out    io.Writer
+	base   string
+	secret string
 	// suffix makes every name the demo uses its own (empty against its own scratch server).
 	suffix  string
 	account string
@@ -30,7 +29,11 @@ type demoRun struct {
 	// server whose Stripe is not ours: then top-ups are paid without the API's Checkout, and
 	// charge.refunded carries its refund list (as API versions before 2022-11-15 render it).
 	stripe *stripefake.Server
-	client *http.Client
+	// api is the product's client of the API, printing each call and its answer; reads is the same
+	// client unprinted, for the balance checks.
+	api, reads *client.ClientWithResponses
+	// http sends Stripe's webhooks, which the client does not wrap: they are Stripe's to send.
+	http *http.Client
 	// events holds each event's payload by id, so that a redelivery sends the same bytes, re-signed.
 	events map[string][]byte
 	// opening is the account's balance when created (a signup grant): every expected balance is
@@ -41,16 +44,48 @@ type demoRun struct {
 	mismatches  int
 }
 
-func newDemoRun(out io.Writer, base, secret, apiKey, tag string, stripe *stripefake.Server) *demoRun {
+func newDemoRun(out io.Writer, base, secret, apiKey, tag string, stripe *stripefake.Server) (*demoRun, error) {
 	d := &demoRun{
-		out: out, base: base, secret: secret, apiKey: apiKey, stripe: stripe,
-		client: &http.Client{Timeout: 10 * time.Second}, events: map[string][]byte{}, billingWait: 5 * time.Second,
+		out: out, base: base, secret: secret, stripe: stripe,
+		http: &http.Client{Timeout: 10 * time.Second}, events: map[string][]byte{}, billingWait: 5 * time.Second,
+	}
+	var err error
+	if d.api, err = client.New(base, apiKey, client.WithDoer(printer{out: out, next: d.http})); err != nil {
+		return nil, err
+	}
+	if d.reads, err = client.New(base, apiKey, client.WithDoer(d.http)); err != nil {
+		return nil, err
 	}
 	if tag != "" {
 		d.suffix = "_" + tag
 	}
 	d.account = d.name("acct_demo")
-	return d
+	return d, nil
+}
+
+// printer prints each request it sends and the answer, as the demo shows the API at work.
+type printer struct {
+	out  io.Writer
+	next client.HttpRequestDoer
+}
+
+func (p printer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := p.next.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(reply))
+	p.print(req.Method+" "+req.URL.RequestURI(), resp.StatusCode, reply)
+	return resp, nil
+}
+
+func (p printer) print(request string, status int, reply []byte) {
+	fmt.Fprintf(p.out, "   %s\n   ← %d %s\n", request, status, bytes.TrimSpace(reply))
 }
 
 // name is id made the demo run's own.
@@ -73,7 +108,7 @@ type payment struct{ intent, charge string }
 
 func (d *demoRun) run(ctx context.Context) error {
 	d.title("Create the account (PUT /v1/accounts/" + d.account + ")")
-	if _, err := d.api(ctx, http.MethodPut, "/v1/accounts/"+d.account, `{"currency":"usd"}`, ""); err != nil {
+	if _, err := d.api.PutAccountWithResponse(ctx, d.account, client.PutAccountJSONRequestBody{Currency: "usd"}); err != nil {
 		return err
 	}
 	opening, err := d.currentBalance(ctx)
@@ -142,10 +177,13 @@ func (d *demoRun) run(ctx context.Context) error {
 	}
 
 	d.title("The product reports three billable decisions (POST /v1/decisions), then sends the batch again")
-	batch := fmt.Sprintf(`[{"id":%[1]q,"account_id":%[4]q,"cost":10},{"id":%[2]q,"account_id":%[4]q,"cost":20},{"id":%[3]q,"account_id":%[4]q,"cost":30}]`,
-		d.name("dec_demo_1"), d.name("dec_demo_2"), d.name("dec_demo_3"), d.account)
+	batch := client.PostDecisionsJSONRequestBody{
+		{ID: d.name("dec_demo_1"), AccountID: d.account, Cost: 10},
+		{ID: d.name("dec_demo_2"), AccountID: d.account, Cost: 20},
+		{ID: d.name("dec_demo_3"), AccountID: d.account, Cost: 30},
+	}
 	for range 2 {
-		if _, err := d.api(ctx, http.MethodPost, "/v1/decisions", batch, ""); err != nil {
+		if _, err := d.api.PostDecisionsWithResponse(ctx, batch); err != nil {
 			return err
 		}
 	}
@@ -168,37 +206,28 @@ func (d *demoRun) run(ctx context.Context) error {
 func (d *demoRun) recharge(ctx context.Context, balance int64) error {
 	card := d.name("pm_demo_card")
 	d.title("Top-up C saves the card for later (POST …/topups with save_payment_method: a Stripe customer, setup_future_usage=off_session)")
-	body, err := d.api(ctx, http.MethodPost, "/v1/accounts/"+d.account+"/topups",
-		`{"amount":500,"success_url":"https://example.com/paid","save_payment_method":true}`, "")
+	saveCard := true
+	created, err := d.startTopup(ctx, "C", client.PostTopupJSONRequestBody{Amount: 500, SuccessURL: "https://example.com/paid", SavePaymentMethod: &saveCard})
 	if err != nil {
 		return err
-	}
-	var created struct {
-		Topup struct {
-			ID        string `json:"id"`
-			SessionID string `json:"session_id"`
-		} `json:"topup"`
-	}
-	if err := json.Unmarshal(body, &created); err != nil || created.Topup.SessionID == "" {
-		return fmt.Errorf("demo: top-up C was not created: %s", body)
 	}
 	customer := fmt.Sprintf("cus_test_%d", len(d.stripe.Customers()))
 	intent := d.name("pi_demo_C")
 	d.stripe.SetPaymentIntent(intent, customer, card)
 	d.title("Top-up C is paid: the server records the customer and, from the payment, the card")
 	if err := d.webhook(ctx, d.event("evt_demo_paid_C", "checkout.session.completed", demoAPIVersion, map[string]any{
-		"id": created.Topup.SessionID, "object": "checkout.session", "mode": "payment", "status": "complete",
+		"id": *created.SessionID, "object": "checkout.session", "mode": "payment", "status": "complete",
 		"payment_status": "paid", "amount_total": 500, "currency": "usd", "payment_intent": intent, "customer": customer,
-		"metadata": map[string]string{"account_id": d.account, "topup_id": created.Topup.ID},
+		"metadata": map[string]string{"account_id": d.account, "topup_id": created.ID},
 	}), balance+500); err != nil {
 		return err
 	}
 	d.title("Opt in: below 1000 available, buy 2000 (PUT …/recharge)")
-	if _, err := d.api(ctx, http.MethodPut, "/v1/accounts/"+d.account+"/recharge", `{"threshold":1000,"amount":2000,"enabled":true}`, ""); err != nil {
+	if _, err := d.api.PutRechargeWithResponse(ctx, d.account, client.PutRechargeJSONRequestBody{Threshold: 1000, Amount: 2000, Enabled: true}); err != nil {
 		return err
 	}
 	d.title("A decision costing 200 is billed: available 903 < 1000, so its transaction records one recharge attempt")
-	if _, err := d.api(ctx, http.MethodPost, "/v1/decisions", fmt.Sprintf(`[{"id":%q,"account_id":%q,"cost":200}]`, d.name("dec_demo_4"), d.account), ""); err != nil {
+	if _, err := d.api.PostDecisionsWithResponse(ctx, client.PostDecisionsJSONRequestBody{{ID: d.name("dec_demo_4"), AccountID: d.account, Cost: 200}}); err != nil {
 		return err
 	}
 	if err := d.awaitBilling(ctx, balance+300); err != nil {
@@ -234,24 +263,24 @@ func (d *demoRun) recharge(ctx context.Context, balance int64) error {
 // hold authorises 40 before the work, captures the 37 it cost, and replays the capture: the balance
 // moves by 37 once, and the 3 left are released.
 func (d *demoRun) hold(ctx context.Context, balance int64) error {
-	path := "/v1/accounts/" + d.account + "/holds"
 	hold := d.name("job_demo_1")
+	expiresIn, cost := "15m", int64(37)
 	d.title("Before the work, the product authorises 40 (a hold: held, not spent; available drops by 40)")
-	if _, err := d.api(ctx, http.MethodPost, path, `{"id":"`+hold+`","amount":40,"expires_in":"15m"}`, ""); err != nil {
+	if _, err := d.api.PostHoldWithResponse(ctx, d.account, client.PostHoldJSONRequestBody{ID: hold, Amount: 40, ExpiresIn: &expiresIn}); err != nil {
 		return err
 	}
 	if err := d.balance(ctx, balance); err != nil {
 		return err
 	}
 	d.title("The work cost 37: capture 37 of the hold; the 3 left are released")
-	if _, err := d.api(ctx, http.MethodPost, path+"/"+hold+"/capture", `{"amount":37}`, ""); err != nil {
+	if _, err := d.api.CaptureHoldWithResponse(ctx, d.account, hold, client.CaptureHoldJSONRequestBody{Amount: &cost}); err != nil {
 		return err
 	}
 	if err := d.balance(ctx, balance-37); err != nil {
 		return err
 	}
 	d.title("The capture is retried: a replay moves nothing")
-	if _, err := d.api(ctx, http.MethodPost, path+"/"+hold+"/capture", `{"amount":37}`, ""); err != nil {
+	if _, err := d.api.CaptureHoldWithResponse(ctx, d.account, hold, client.CaptureHoldJSONRequestBody{Amount: &cost}); err != nil {
 		return err
 	}
 	return d.balance(ctx, balance-37)
@@ -269,25 +298,28 @@ func (d *demoRun) topup(ctx context.Context, name string, amount, want int64) (p
 	}
 	if d.stripe != nil {
 		d.title(fmt.Sprintf("Top-up %s: the product starts a Checkout for %d (POST /v1/accounts/%s/topups)", name, amount, d.account))
-		body, err := d.api(ctx, http.MethodPost, "/v1/accounts/"+d.account+"/topups",
-			fmt.Sprintf(`{"amount":%d,"success_url":"https://example.com/paid","cancel_url":"https://example.com/cancel"}`, amount), "")
+		cancel := "https://example.com/cancel"
+		created, err := d.startTopup(ctx, name, client.PostTopupJSONRequestBody{Amount: amount, SuccessURL: "https://example.com/paid", CancelURL: &cancel})
 		if err != nil {
 			return p, err
 		}
-		var created struct {
-			Topup struct {
-				ID        string `json:"id"`
-				SessionID string `json:"session_id"`
-			} `json:"topup"`
-		}
-		if err := json.Unmarshal(body, &created); err != nil || created.Topup.SessionID == "" {
-			return p, fmt.Errorf("demo: top-up %s was not created: %s", name, body)
-		}
-		session["id"] = created.Topup.SessionID
-		session["metadata"] = map[string]string{"account_id": d.account, "topup_id": created.Topup.ID}
+		session["id"] = *created.SessionID
+		session["metadata"] = map[string]string{"account_id": d.account, "topup_id": created.ID}
 	}
 	d.title(fmt.Sprintf("Top-up %s is paid: Stripe sends checkout.session.completed", name))
 	return p, d.webhook(ctx, d.event("evt_demo_paid_"+name, "checkout.session.completed", demoAPIVersion, session), want)
+}
+
+// startTopup creates top-up name's Checkout Session through the API.
+func (d *demoRun) startTopup(ctx context.Context, name string, body client.PostTopupJSONRequestBody) (client.Topup, error) {
+	res, err := d.api.PostTopupWithResponse(ctx, d.account, nil, body)
+	if err != nil {
+		return client.Topup{}, err
+	}
+	if res.JSON201 == nil || res.JSON201.Topup.SessionID == nil {
+		return client.Topup{}, fmt.Errorf("demo: top-up %s was not created: %d %s", name, res.StatusCode(), res.Body)
+	}
+	return res.JSON201.Topup, nil
 }
 
 // chargeRefunded is charge.refunded for p, whose refunds are now refunds. When the demo is the server's
@@ -329,38 +361,27 @@ func (d *demoRun) event(id, typ, apiVersion string, object map[string]any) strin
 	return id
 }
 
-// webhook delivers a stored event to the real webhook, freshly signed, and checks the balance after.
+// webhook delivers a stored event to the real webhook, freshly signed, as Stripe would, and checks the
+// balance after.
 func (d *demoRun) webhook(ctx context.Context, eventID string, want int64) error {
 	payload := d.events[eventID]
-	if _, err := d.send(ctx, http.MethodPost, "/webhooks/stripe", string(payload), "Stripe-Signature", stripefake.Sign(payload, d.secret, time.Now()), eventID); err != nil {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+"/webhooks/stripe", bytes.NewReader(payload))
+	if err != nil {
 		return err
 	}
-	return d.balance(ctx, want)
-}
-
-// api calls a /v1 route with the demo's key.
-func (d *demoRun) api(ctx context.Context, method, path, body, note string) ([]byte, error) {
-	return d.send(ctx, method, path, body, "Authorization", "Bearer "+d.apiKey, note)
-}
-
-func (d *demoRun) send(ctx context.Context, method, path, body, header, value, note string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, d.base+path, strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(header, value)
-	resp, err := d.client.Do(req)
+	req.Header.Set("Stripe-Signature", stripefake.Sign(payload, d.secret, time.Now()))
+	resp, err := d.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("demo: %s %s: %w", method, path, err)
+		return fmt.Errorf("demo: delivering %s: %w", eventID, err)
 	}
 	defer resp.Body.Close()
 	reply, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	fmt.Fprintf(d.out, "   %s\n   ← %d %s\n", strings.TrimSpace(method+" "+path+" "+note), resp.StatusCode, bytes.TrimSpace(reply))
-	return reply, nil
+	printer{out: d.out}.print("POST /webhooks/stripe "+eventID, resp.StatusCode, reply)
+	return d.balance(ctx, want)
 }
 
 func (d *demoRun) title(s string) {
@@ -369,25 +390,14 @@ func (d *demoRun) title(s string) {
 }
 
 func (d *demoRun) currentBalance(ctx context.Context) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/v1/accounts/"+d.account, nil)
+	res, err := d.reads.GetAccountWithResponse(ctx, d.account)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("demo: reading the balance: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+d.apiKey)
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return 0, err
+	if res.JSON200 == nil {
+		return 0, fmt.Errorf("demo: reading the balance answered %d %s", res.StatusCode(), res.Body)
 	}
-	defer resp.Body.Close()
-	var got struct {
-		Account struct {
-			Balance int64 `json:"balance"`
-		} `json:"account"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
-		return 0, errors.Join(fmt.Errorf("demo: reading the balance answered %d", resp.StatusCode), err)
-	}
-	return got.Account.Balance, nil
+	return res.JSON200.Account.Balance, nil
 }
 
 // balance prints the account's balance and whether it is the one the guarantees require (want, above

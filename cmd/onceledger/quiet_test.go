@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +31,8 @@ func TestServeQuietMinuteWithEveryPassRunning(t *testing.T) {
 	pool := openPool(t, url)
 	stripeAPI := stripefake.New()
 	t.Cleanup(stripeAPI.Close)
-	receiver := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var notified atomic.Int64
+	receiver := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { notified.Add(1) }))
 	t.Cleanup(receiver.Close)
 	stdout, stderr := &output{}, &output{}
 	base := startServeWithErrors(t, map[string]string{
@@ -93,19 +95,21 @@ func TestServeQuietMinuteWithEveryPassRunning(t *testing.T) {
 	if len(warnings) > 0 {
 		t.Fatalf("%d lines at WARN or above in a quiet minute, the first:\n%s", len(warnings), strings.Join(warnings[:min(5, len(warnings))], "\n"))
 	}
-	// Every pass had its work done.
-	var billed, holdsExpired, lotsExpired, recharged, alerted int
+	// Every pass had its work done: the rows the debit's trigger wrote at commit (the recharge attempt,
+	// the alert) were taken up by the sweeper and the notifier, and the drift pass recorded a window.
+	var billed, holdsExpired, lotsExpired, recharged, alerted, driftWindows int
 	err := pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM ledger WHERE kind = 'usage' AND account_id IN ('acct_q1', 'acct_q2', 'acct_q3')),
 		       (SELECT count(*) FROM holds WHERE account_id = 'acct_q2' AND status = 'expired'),
 		       (SELECT count(*) FROM ledger WHERE account_id = 'acct_q3' AND kind = 'expiry'),
-		       (SELECT count(*) FROM recharge_attempts WHERE account_id = 'acct_q1'),
-		       (SELECT count(*) FROM balance_alerts WHERE account_id = 'acct_q1')`).Scan(&billed, &holdsExpired, &lotsExpired, &recharged, &alerted)
+		       (SELECT count(*) FROM recharge_attempts WHERE account_id = 'acct_q1' AND payment_intent IS NOT NULL),
+		       (SELECT count(*) FROM balance_alerts WHERE account_id = 'acct_q1'),
+		       (SELECT count(*) FROM stripe_drift_checkpoints)`).Scan(&billed, &holdsExpired, &lotsExpired, &recharged, &alerted, &driftWindows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if billed != 3 || holdsExpired != 1 || lotsExpired != 1 || recharged == 0 || alerted == 0 {
-		t.Fatalf("billed %d, holds expired %d, lots expired %d, recharge attempts %d, alerts %d; want 3, 1, 1 and some of each",
-			billed, holdsExpired, lotsExpired, recharged, alerted)
+	if billed != 3 || holdsExpired != 1 || lotsExpired != 1 || recharged == 0 || alerted == 0 || driftWindows == 0 || notified.Load() == 0 {
+		t.Fatalf("billed %d, holds expired %d, lots expired %d, recharge attempts with their PaymentIntent %d, alerts %d, drift windows %d, notifications %d; "+
+			"want 3, 1, 1 and some of each", billed, holdsExpired, lotsExpired, recharged, alerted, driftWindows, notified.Load())
 	}
 }

@@ -104,6 +104,9 @@ WITH pay AS (
       -- = ANY on topups_session_id_key: an index scan, whatever the planner guesses of the arrays.
       AND t.session_id = ANY(@session_ids::text[])
       AND t.account_id = s.account_id
+      -- = ANY on the distribution column: on Citus, a router UPDATE on the accounts' shards, not one
+      -- over every shard (which Citus serialises against every other multi-shard write).
+      AND t.account_id = ANY(@account_ids::text[])
       AND t.status = 'pending'
       AND t.amount = s.amount
       AND lower(t.currency) = lower(s.currency)
@@ -117,6 +120,7 @@ WITH pay AS (
       AND t.id = s.id
       AND t.id = ANY(@ids::text[])
       AND t.account_id = s.account_id
+      AND t.account_id = ANY(@account_ids::text[])
       AND t.status = 'pending'
       AND t.amount = s.amount
       AND lower(t.currency) = lower(s.currency)
