@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, notify, statement, billing")
+	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, notify, tracing, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
 	fs.BoolVar(&o.citus, "citus", false, "run the workloads on the machine's PostgreSQL, then on a local Citus cluster (a "+
 		"coordinator and two workers on this machine: the coordination cost, not the scale gain), and print them side by side")
@@ -197,6 +197,9 @@ func (b *bench) all(ctx context.Context) {
 	}
 	if b.wants("notify") {
 		b.notifications(ctx, d, accounts)
+	}
+	if b.wants("tracing") {
+		b.tracing(ctx, d, accounts)
 	}
 	if b.wants("statement") {
 		b.statement(ctx, b.srv)

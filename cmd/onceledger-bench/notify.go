@@ -17,47 +17,75 @@ import (
 // the load runs. The webhook (c=32) and hot postings through the API (c=64) run on the server without
 // notifications, then on this one; each row with notifications is compared with the row just before.
 func (b *bench) notifications(ctx context.Context, d time.Duration, accounts int) {
-	var delivered atomic.Int64
+	b.compareServers(ctx, d, accounts, "notifications", "without NOTIFY_URL", func(sink string) []string {
+		return []string{"NOTIFY_URL=" + sink + "/notify", "NOTIFY_SECRET=bench_notify_secret"}
+	}, "notifications delivered")
+}
+
+// tracing measures what users who turn OpenTelemetry tracing on pay, every request sampled: a second
+// server exporting its spans (OTLP over HTTP) to a local sink that answers every export 200, compared
+// as notifications are. The server without the variables traces nothing: its rows are tracing off.
+func (b *bench) tracing(ctx context.Context, d time.Duration, accounts int) {
+	b.compareServers(ctx, d, accounts, "tracing", "without OTEL_EXPORTER_OTLP_ENDPOINT", func(sink string) []string {
+		return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_TRACES_SAMPLER=always_on", "OTEL_SERVICE_NAME=onceledger-bench"}
+	}, "span exports received")
+}
+
+// compareServers runs the webhook (c=32) and hot postings through the API (c=64) on the bench's server
+// ("<feature> off"), then on a second server on the same database whose environment adds with(sink),
+// sink being the URL of a local server that answers every request and counts them ("<feature> on");
+// each "on" row is compared with the "off" row just before it.
+func (b *bench) compareServers(ctx context.Context, d time.Duration, accounts int, feature, without string,
+	with func(sink string) []string, received string) {
+	failed := func(err error) {
+		b.rows = append(b.rows, row{result: result{workload: feature + " on", errors: 1, firstErr: err.Error()}})
+	}
+	var count atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.rows = append(b.rows, row{result: result{workload: "notifications on", errors: 1, firstErr: err.Error()}})
+		failed(err)
 		return
 	}
-	sink := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		delivered.Add(1)
+	sink := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		count.Add(1)
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/traces" {
+			w.WriteHeader(http.StatusOK) // an empty OTLP export response
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = sink.Serve(ln) }()
 	defer sink.Close()
 
-	notifying, err := startServer(ctx, b.o.bin, append(b.env, "NOTIFY_URL=http://"+ln.Addr().String()+"/notify", "NOTIFY_SECRET=bench_notify_secret"))
+	second, err := startServer(ctx, b.o.bin, append(b.env, with("http://"+ln.Addr().String())...))
 	if err != nil {
-		b.rows = append(b.rows, row{result: result{workload: "notifications on", errors: 1, firstErr: err.Error()}})
+		failed(err)
 		return
 	}
 	defer func() {
-		if err := notifying.stop(); err != nil && !errors.Is(err, context.Canceled) {
-			b.rows = append(b.rows, row{result: result{workload: "notifications on", errors: 1, firstErr: "server did not stop cleanly: " + err.Error()}})
+		if err := second.stop(); err != nil && !errors.Is(err, context.Canceled) {
+			failed(errors.New("server did not stop cleanly: " + err.Error()))
 		}
 	}()
-	notified := newClient(notifying.base)
-	note := "ratio vs the row above, the same workload on a server without NOTIFY_URL"
+	client := newClient(second.base)
+	note := "ratio vs the row above, the same workload on a server " + without
+	tag := feature[:1]
 
-	off := measure(ctx, "webhook cold, notifications off", 32, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-		return timed(func() error { return b.http.deliver(ctx, newTopupEvent("noff", i, accounts)) })
+	off := measure(ctx, "webhook cold, "+feature+" off", 32, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error { return b.http.deliver(ctx, newTopupEvent(tag+"off", i, accounts)) })
 	})
-	on := measure(ctx, "webhook cold, notifications on", 32, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-		return timed(func() error { return notified.deliver(ctx, newTopupEvent("non", i, accounts)) })
+	on := measure(ctx, "webhook cold, "+feature+" on", 32, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error { return client.deliver(ctx, newTopupEvent(tag+"on", i, accounts)) })
 	})
 	b.add(off, nil)
 	b.rows = append(b.rows, row{result: on, baseline: &off, note: note})
 
-	postOff := measure(ctx, "postings hot, API, notifications off", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-		return timed(func() error { return b.http.adjust(ctx, "bench_hot_notify_off", strconv.Itoa(i)) })
+	postOff := measure(ctx, "postings hot, API, "+feature+" off", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error { return b.http.adjust(ctx, "bench_hot_"+feature+"_off", strconv.Itoa(i)) })
 	})
-	postOn := measure(ctx, "postings hot, API, notifications on", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-		return timed(func() error { return notified.adjust(ctx, "bench_hot_notify_on", strconv.Itoa(i)) })
+	postOn := measure(ctx, "postings hot, API, "+feature+" on", 64, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error { return client.adjust(ctx, "bench_hot_"+feature+"_on", strconv.Itoa(i)) })
 	})
 	b.add(postOff, nil)
-	b.rows = append(b.rows, row{result: postOn, baseline: &postOff, note: fmt.Sprintf("%s; %d notifications delivered to the sink by the end", note, delivered.Load())})
+	b.rows = append(b.rows, row{result: postOn, baseline: &postOff, note: fmt.Sprintf("%s; %d %s by the sink by the end", note, count.Load(), received)})
 }

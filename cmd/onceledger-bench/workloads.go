@@ -170,5 +170,5 @@ func hotAdjustment(account string, i int) db.Posting {
 var hotAccounts = []string{
 	"bench_hot_pooled_32", "bench_hot_tx_32", "bench_hot_group_32", "bench_hot_api_32",
 	"bench_hot_pooled_64", "bench_hot_tx_64", "bench_hot_group_64", "bench_hot_api_64",
-	"bench_hot_notify_off", "bench_hot_notify_on",
+	"bench_hot_notifications_off", "bench_hot_notifications_on", "bench_hot_tracing_off", "bench_hot_tracing_on",
 }
