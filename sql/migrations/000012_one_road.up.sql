@@ -204,6 +204,8 @@ DECLARE
     a_balances      bigint[];
     a_keys          text[];
     claimed         text[];
+    all_claimed     boolean;
+    accounts        text[];
     batch           text[];
 BEGIN
     -- 1. Lock the plan's accounts, in id order (with p_balance, only if the balance is still that).
@@ -249,6 +251,12 @@ BEGIN
         JOIN unnest(locked_ids, locked_seqs, locked_balances) AS a (id, last_seq, balance) ON a.id = p.account_id
         WHERE p.dedupe_key IS NULL OR (p.nth = 1 AND NOT p.dedupe_key = ANY(taken))
         WINDOW w AS (PARTITION BY p.account_id ORDER BY p.k ROWS UNBOUNDED PRECEDING)
+    ), judged AS (
+        -- A window, not NOT EXISTS over chained: from a session's sixth call plpgsql plans this statement
+        -- generically, taking the arrays for a few rows, and the anti join became a nested loop, n * n for
+        -- a billing chunk of n decisions.
+        SELECT c.*, bool_or(c.no_overdraw AND c.balance_after < 0) OVER (PARTITION BY c.account_id) AS overdrawn
+        FROM chained c
     )
     SELECT coalesce(array_agg(c.k ORDER BY c.account_id, c.seq), '{}'),
            coalesce(array_agg(c.account_id ORDER BY c.account_id, c.seq), '{}'),
@@ -256,10 +264,8 @@ BEGIN
            coalesce(array_agg(c.balance_after::bigint ORDER BY c.account_id, c.seq), '{}'),
            coalesce(array_agg(c.dedupe_key ORDER BY c.account_id, c.seq), '{}')
     INTO a_k, a_accounts, a_seqs, a_balances, a_keys
-    FROM chained c
-    WHERE NOT EXISTS (
-        SELECT 1 FROM chained o WHERE o.account_id = c.account_id AND o.no_overdraw AND o.balance_after < 0
-    );
+    FROM judged c
+    WHERE NOT c.overdrawn;
     IF cardinality(a_k) = 0 THEN
         RETURN;
     END IF;
@@ -272,6 +278,9 @@ BEGIN
             ARRAY(SELECT x.account_id FROM unnest(a_keys, a_accounts) AS x (key, account_id) WHERE x.key IS NOT NULL)
         )
     );
+    -- Every key claimed (always on plain PostgreSQL): no row needs its key looked up in claimed.
+    all_claimed := cardinality(claimed) = (SELECT count(*) FROM unnest(a_keys) AS x WHERE x IS NOT NULL);
+    accounts := ARRAY(SELECT DISTINCT x FROM unnest(a_accounts) AS x ORDER BY x);
 
     -- 5. Insert, in each account's seq order, a batch of accounts at a time (ledger_batches: all at once on
     -- plain PostgreSQL). ON CONFLICT DO NOTHING: a key inserted meanwhile by a
@@ -281,13 +290,15 @@ BEGIN
     -- (account_id, seq) under the account lock, cannot conflict, and a row they skipped would be missing
     -- from the answer and break the chain the same way.) created_at is taken per row under the lock, and a
     -- lot lifetime runs from it.
-    FOR batch IN SELECT b FROM ledger_batches(ARRAY(SELECT DISTINCT x FROM unnest(a_accounts) AS x ORDER BY x)) AS b LOOP
+    FOR batch IN SELECT b FROM ledger_batches(accounts) AS b LOOP
     RETURN QUERY
     WITH planned AS (
         SELECT r.k, r.account_id, r.seq, r.balance_after, r.dedupe_key, clock_timestamp() AS at
         FROM unnest(a_k, a_accounts, a_seqs, a_balances, a_keys) AS r (k, account_id, seq, balance_after, dedupe_key)
-        WHERE (r.dedupe_key IS NULL OR r.dedupe_key = ANY(claimed))
-          AND r.account_id = ANY(batch)
+        -- all_claimed and a batch of every account first: OR stops at them, and = ANY, a linear search
+        -- of the array per row, runs only for the rows it must decide.
+        WHERE (all_claimed OR r.dedupe_key IS NULL OR r.dedupe_key = ANY(claimed))
+          AND (cardinality(batch) = cardinality(accounts) OR r.account_id = ANY(batch))
         ORDER BY r.account_id, r.seq
     ), inserted AS (
         INSERT INTO ledger AS l (account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after,
