@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceledger/onceledger/db"
@@ -229,7 +230,29 @@ func TestLotsDisputeWonAfterItsLotExpired(t *testing.T) {
 		t.Fatal("the expired empty lot is still open")
 	}
 
-	won := mustPost(t, pool, db.Posting{AccountID: "acct", Kind: db.KindDisputeWon, Amount: 100, DedupeKey: "stripe:dispute-won:dp_1", PaymentIntent: "pi_1", Reverses: "stripe:dispute:dp_1"})
+	// Posted as the webhook posts it, with OnPosted (the notifier's hook): the expiry the restore set off
+	// is handed over too, each entry with its own balance, so that each is notified once.
+	var handed []db.Entry
+	notified := dbtest.Ledger(t, pool, db.LedgerConfig{OnPosted: func(_ context.Context, _ pgx.Tx, entries []db.Entry) error {
+		handed = append(handed, entries...)
+		return nil
+	}})
+	var won db.Entry
+	if err := db.InTx(ctx, pool, func(tx pgx.Tx) error {
+		posted, err := notified.Post(ctx, tx, db.Posting{AccountID: "acct", Kind: db.KindDisputeWon, Amount: 100,
+			DedupeKey: "stripe:dispute-won:dp_1", PaymentIntent: "pi_1", Reverses: "stripe:dispute:dp_1"})
+		won = posted.Entry
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range handed {
+		got = append(got, fmt.Sprintf("%s %d -> %d", e.Kind, e.Amount, e.BalanceAfter))
+	}
+	if want := []string{"dispute_won 100 -> 170", "expiry -70 -> 100"}; !slices.Equal(got, want) {
+		t.Fatalf("OnPosted was handed %q, want %q", got, want)
+	}
 	var amount int64
 	if err := pool.QueryRow(ctx, `SELECT amount FROM ledger WHERE dedupe_key = $1`,
 		fmt.Sprintf("expire:%d:%d", lotP.ID, won.ID)).Scan(&amount); err != nil {
