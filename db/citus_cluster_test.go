@@ -256,12 +256,12 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	}
 	oneAccount = append(oneAccount, void[1:]...)
 	voidCommands := remote.take()
-	for i, c := range voidCommands {
+	for _, c := range voidCommands {
 		if strings.Contains(c, "credit_lots_") && strings.Contains(c, "SELECT") && !strings.Contains(c, "FOR ") {
 			// The lookup's fan-out: every shard of credit_lots once, before any lock.
 			continue
 		}
-		oneAccountCommands = append(oneAccountCommands, voidCommands[i])
+		oneAccountCommands = append(oneAccountCommands, c)
 	}
 
 	// The set-based passes, over every account: billing, holds and lots past their time.
@@ -292,7 +292,7 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	}
 	passes := recorded.take()
 
-	for _, s := range append(oneAccount, passes...) {
+	for i, s := range append(oneAccount, passes...) {
 		plan := explainPlan(t, explain, s)
 		if strings.Contains(strings.ToLower(plan), "repartition") {
 			t.Errorf("%s repartitions rows between workers:\n%s", s.name, plan)
@@ -300,9 +300,9 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 		if pulledFromShards(plan) {
 			t.Errorf("%s pulls a distributed table's rows to the coordinator to insert them:\n%s", s.name, plan)
 		}
-	}
-	for _, s := range oneAccount {
-		plan := explainPlan(t, explain, s)
+		if i >= len(oneAccount) {
+			continue
+		}
 		for _, n := range taskCounts.FindAllStringSubmatch(plan, -1) {
 			if n[1] != "1" && !onKeyedTable(plan) {
 				t.Errorf("%s, for one account, runs on %s shards:\n%s", s.name, n[1], plan)
