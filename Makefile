@@ -21,7 +21,7 @@ GOFLAGS_BUILD := -ldflags "-X main.version=$(VERSION)"
 
 # `make run` works with no configuration: these development defaults apply only when unset.
 DEV_WEBHOOK_SECRET := whsec_dev_onceledger_local_only
-DEV_API_KEY        := dev_key_local_only
+DEV_API_KEY        := onceledger_dev_key_local_only_not_secret
 RUN_ADDR           := $(or $(ADDR),127.0.0.1:8080)
 
 .DEFAULT_GOAL := help
@@ -41,7 +41,8 @@ run: build ## migrate and serve on 127.0.0.1:8080 with development defaults (no 
 	echo "" && \
 	echo "onceledger is starting on http://$(RUN_ADDR)" && \
 	echo "  health:   curl -s http://$(RUN_ADDR)/readyz" && \
-	echo "  API key:  $${ONCELEDGER_API_KEYS}   (curl -H 'Authorization: Bearer $${ONCELEDGER_API_KEYS%%,*}' http://$(RUN_ADDR)/v1/accounts/acct_1)" && \
+	key="$${ONCELEDGER_API_KEYS%%,*}" && \
+	echo "  API key:  $${key##*:}   (curl -H 'Authorization: Bearer $${key##*:}' http://$(RUN_ADDR)/v1/accounts/acct_1)" && \
 	echo "  webhook:  POST http://$(RUN_ADDR)/webhooks/stripe signed with $${STRIPE_WEBHOOK_SECRET%%,*}" && \
 	echo "  stop:     Ctrl-C" && \
 	echo "" && \

@@ -113,6 +113,6 @@ func TestAuthOnEveryV1Route(t *testing.T) {
 		t.Fatalf("unauthenticated requests wrote %d rows", n)
 	}
 	// Either configured key works.
-	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "Bearer other_key").want(t, 200, "")
+	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "Bearer "+otherAPIKey).want(t, 200, "")
 	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "bearer "+testAPIKey).want(t, 200, "")
 }

@@ -1,42 +1,28 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"strings"
+
+	"github.com/onceledger/onceledger/internal/access"
 )
 
-// apiKeys are the configured API keys, kept as SHA-256 digests.
-type apiKeys [][sha256.Size]byte
-
-func newAPIKeys(keys []string) apiKeys {
-	digests := make(apiKeys, len(keys))
-	for i, k := range keys {
-		digests[i] = sha256.Sum256([]byte(k))
-	}
-	return digests
-}
-
-// match reports whether key is one of the keys. Every key is compared, in constant time, on SHA-256
-// digests (equal lengths), so neither the position nor the length of a configured key leaks through
-// timing. The API's bearer check and the console's login both ask it.
-func (k apiKeys) match(key string) bool {
-	got := sha256.Sum256([]byte(key))
-	match := 0
-	for _, d := range k {
-		match |= subtle.ConstantTimeCompare(got[:], d[:])
-	}
-	return match == 1
-}
-
-// requireAPIKey lets a request through only with `Authorization: Bearer <key>` for one of keys.
-func requireAPIKey(keys []string) func(http.Handler) http.Handler {
-	digests := newAPIKeys(keys)
-	return func(next http.Handler) http.Handler {
+// requireAPIKey returns the guard of the /v1 routes: a route given scope lets a request through only
+// with `Authorization: Bearer <secret>` of a key that holds scope (or admin); another key is refused
+// with 403 insufficient_scope. The check is a compare of the key's scope bits: a request let through
+// allocates nothing for it.
+func requireAPIKey(keys access.Keys) func(scope access.Scope, next http.Handler) http.Handler {
+	return func(scope access.Scope, next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := authenticate(digests, r.Header.Get("Authorization")); err != nil {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="onceledger"`)
+			key, err := authenticate(keys, r.Header.Get("Authorization"))
+			if err == nil && !key.Scopes.Allows(scope) {
+				err = &Error{Status: http.StatusForbidden, Code: "insufficient_scope",
+					Message: "key " + key.Name + " lacks the " + scope.String() + " scope this route needs"}
+			}
+			if err != nil {
+				if err.Status == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="onceledger"`)
+				}
 				writeJSON(w, err.Status, errorBody{Error: errorInfo{Code: err.Code, Message: err.Message}})
 				return
 			}
@@ -45,20 +31,21 @@ func requireAPIKey(keys []string) func(http.Handler) http.Handler {
 	}
 }
 
-func authenticate(keys apiKeys, header string) *Error {
+func authenticate(keys access.Keys, header string) (*access.Key, *Error) {
 	if len(keys) == 0 {
-		return unauthorized("api_keys_not_configured",
+		return nil, unauthorized("api_keys_not_configured",
 			"no API keys are configured: set ONCELEDGER_API_KEYS (comma-separated) to enable /v1")
 	}
 	// The scheme is case-insensitive (RFC 9110); the key is not.
 	const scheme = "bearer "
 	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
-		return unauthorized("missing_api_key", "send the header Authorization: Bearer YOUR_KEY")
+		return nil, unauthorized("missing_api_key", "send the header Authorization: Bearer YOUR_KEY")
 	}
-	if !keys.match(header[len(scheme):]) {
-		return unauthorized("invalid_api_key", "the API key is not valid")
+	key := keys.Match(header[len(scheme):])
+	if key == nil {
+		return nil, unauthorized("invalid_api_key", "the API key is not valid")
 	}
-	return nil
+	return key, nil
 }
 
 func unauthorized(code, message string) *Error {

@@ -73,7 +73,7 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 func TestSlowBodyAnswerRevealsNoAddress(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	ts := httptest.NewUnstartedServer(NewHandler(Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Config: config.Config{APIKeys: []string{testAPIKey}}}))
+	ts := httptest.NewUnstartedServer(NewHandler(Deps{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Config: config.Config{APIKeys: testKeys(t, testAPIKey)}}))
 	ts.Config.ReadTimeout = 300 * time.Millisecond
 	ts.Start()
 	t.Cleanup(ts.Close)

@@ -5,14 +5,14 @@ import (
 )
 
 // newConsole builds the operator console (package console), whose pages routes.go lists: HTML for
-// people, outside the JSON API and its document. Logging in takes one of the API keys, checked as the
-// bearer check does.
+// people, outside the JSON API and its document. Logging in takes an API key with the operate scope,
+// checked as the bearer check does.
 func newConsole(d Deps) *console.Console {
 	return console.New(console.Deps{
-		Pool:     d.Pool,
-		Jobs:     d.Jobs,
-		Events:   d.Events,
-		Log:      d.Log,
-		CheckKey: newAPIKeys(d.Config.APIKeys).match,
+		Pool:   d.Pool,
+		Jobs:   d.Jobs,
+		Events: d.Events,
+		Log:    d.Log,
+		Keys:   d.Config.APIKeys,
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/tracing"
 )
@@ -21,28 +22,28 @@ func routes(d Deps) *mux.Router {
 	r := newRouter(d.Metrics, d.Tracing)
 	apiKey := requireAPIKey(d.Config.APIKeys)
 
-	// The product API: every route behind an API key.
+	// The product API: every route behind an API key holding the scope it names (package access).
 	v1 := r.prefix("/v1")
 	accounts := v1.prefix("/v1/accounts")
-	accounts.handle(http.MethodPost, "/v1/accounts/{id}/adjustments", apiKey(handlePostAdjustment(d)))
-	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds", apiKey(handlePostHold(d)))
-	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/capture", apiKey(handleCaptureHold(d)))
-	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/void", apiKey(handleVoidHold(d)))
-	accounts.handle(http.MethodPut, "/v1/accounts/{id}", apiKey(handlePutAccount(d)))
-	accounts.handle(http.MethodGet, "/v1/accounts/{id}", apiKey(handleGetAccount(d)))
-	accounts.handle(http.MethodGet, "/v1/accounts/{id}/entries", apiKey(handleListEntries(d)))
-	accounts.handle(http.MethodGet, "/v1/accounts/{id}/balance", apiKey(handleGetBalanceAt(d)))
-	accounts.handle(http.MethodGet, "/v1/accounts/{id}/statement", apiKey(handleGetStatement(d)))
-	accounts.handle(http.MethodPost, "/v1/accounts/{id}/topups", apiKey(handlePostTopup(d)))
-	accounts.handle(http.MethodPut, "/v1/accounts/{id}/recharge", apiKey(handlePutRecharge(d)))
-	accounts.handle(http.MethodPut, "/v1/accounts/{id}/alerts", apiKey(handlePutAlerts(d)))
-	accounts.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", apiKey(handleGetHold(d)))
-	accounts.handle(http.MethodGet, "/v1/accounts/{id}/lots", apiKey(handleListLots(d)))
-	v1.handle(http.MethodPost, "/v1/decisions", apiKey(handlePostDecisions(d)))
-	v1.handle(http.MethodGet, "/v1/topups/{id}", apiKey(handleGetTopup(d)))
-	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(handleVoidLot(d)))
-	v1.handle(http.MethodGet, "/v1/stripe/events", apiKey(handleListStripeEvents(d)))
-	v1.handle(http.MethodGet, "/v1/reports/stripe-drift", apiKey(handleGetStripeDrift(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/adjustments", apiKey(access.Credit, handlePostAdjustment(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds", apiKey(access.Spend, handlePostHold(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/capture", apiKey(access.Spend, handleCaptureHold(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/holds/{hold_id}/void", apiKey(access.Spend, handleVoidHold(d)))
+	accounts.handle(http.MethodPut, "/v1/accounts/{id}", apiKey(access.Credit, handlePutAccount(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}", apiKey(access.Read, handleGetAccount(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/entries", apiKey(access.Read, handleListEntries(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/balance", apiKey(access.Read, handleGetBalanceAt(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/statement", apiKey(access.Read, handleGetStatement(d)))
+	accounts.handle(http.MethodPost, "/v1/accounts/{id}/topups", apiKey(access.Credit, handlePostTopup(d)))
+	accounts.handle(http.MethodPut, "/v1/accounts/{id}/recharge", apiKey(access.Credit, handlePutRecharge(d)))
+	accounts.handle(http.MethodPut, "/v1/accounts/{id}/alerts", apiKey(access.Credit, handlePutAlerts(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", apiKey(access.Read, handleGetHold(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/lots", apiKey(access.Read, handleListLots(d)))
+	v1.handle(http.MethodPost, "/v1/decisions", apiKey(access.Spend, handlePostDecisions(d)))
+	v1.handle(http.MethodGet, "/v1/topups/{id}", apiKey(access.Read, handleGetTopup(d)))
+	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(access.Operate, handleVoidLot(d)))
+	v1.handle(http.MethodGet, "/v1/stripe/events", apiKey(access.Read, handleListStripeEvents(d)))
+	v1.handle(http.MethodGet, "/v1/reports/stripe-drift", apiKey(access.Read, handleGetStripeDrift(d)))
 
 	// Stripe's webhook, authenticated by its signature.
 	webhooks := r.prefix("/webhooks")

@@ -120,7 +120,7 @@ func TestGetRoutesTakeHead(t *testing.T) {
 // (whose ids would grow the label set without bound); a refused one is not timed.
 func TestRequestsAreTimedByPattern(t *testing.T) {
 	t.Parallel()
-	h := NewHandler(Deps{Config: config.Config{APIKeys: []string{testAPIKey}}})
+	h := NewHandler(Deps{Config: config.Config{APIKeys: testKeys(t, testAPIKey)}})
 	serve := func(method, path string) string {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
@@ -290,7 +290,7 @@ func walkRoutes(t *testing.T) []walkedRoute {
 // API key; no signature), which touches no database, so that what routing costs per request is most
 // of what is measured.
 func BenchmarkHotRoutes(b *testing.B) {
-	h := NewHandler(Deps{Config: config.Config{APIKeys: []string{testAPIKey}, WebhookSecrets: []string{"whsec_bench"}}})
+	h := NewHandler(Deps{Config: config.Config{APIKeys: testKeys(b, testAPIKey), WebhookSecrets: []string{"whsec_bench"}}})
 	for name, path := range map[string]string{
 		"adjustment": "/v1/accounts/acct_bench/adjustments",
 		"hold":       "/v1/accounts/acct_bench/holds",

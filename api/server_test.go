@@ -20,10 +20,28 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/config"
 )
 
-const testAPIKey = "test_key_1"
+// The test keys: testAPIKey (admin, bare) is what call sends unless told otherwise.
+const (
+	testAPIKey   = "test_key_1_onceledger_api_tests_00"
+	otherAPIKey  = "other_key_onceledger_api_tests_000"
+	spendAPIKey  = "spend_key_onceledger_api_tests_000"
+	readAPIKey   = "read_key_onceledger_api_tests_0000"
+	creditAPIKey = "credit_key_onceledger_api_tests_00"
+)
+
+// testKeys parses entries as ONCELEDGER_API_KEYS would.
+func testKeys(t testing.TB, entries ...string) access.Keys {
+	t.Helper()
+	keys, err := access.Parse(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
 
 // server is the real handler on a fresh database, reached over HTTP.
 type server struct {
@@ -42,7 +60,8 @@ func newServer(t *testing.T, configure ...func(*config.Config)) *server {
 // newServerOn is newServer on the database of pool.
 func newServerOn(t *testing.T, pool *pgxpool.Pool, configure ...func(*config.Config)) *server {
 	t.Helper()
-	cfg := config.Config{APIKeys: []string{"other_key", testAPIKey}}
+	cfg := config.Config{APIKeys: testKeys(t, otherAPIKey, testAPIKey, "product:spend:"+spendAPIKey,
+		"finance:read:"+readAPIKey, "support:credit+read:"+creditAPIKey)}
 	for _, c := range configure {
 		c(&cfg)
 	}

@@ -14,13 +14,14 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/stripefake"
 	"github.com/onceledger/onceledger/internal/tracing"
 )
 
 // tracedAPIKey is the traced server's API key, which no span may hold.
-const tracedAPIKey = "key_traced_secret"
+const tracedAPIKey = "key_traced_secret_onceledger_0000"
 
 // newTracedWebhookServer is newWebhookServer with everything traced into spans, as serve wires it
 // when tracing is on: the pool's statements, the routes, the webhook's steps and the group commits.
@@ -32,7 +33,11 @@ func newTracedWebhookServer(t *testing.T, spans *tracetest.SpanRecorder) *webhoo
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return newWebhookServerOn(t, pool, tr, func(c *config.Config) { c.APIKeys = []string{tracedAPIKey} })
+	keys, err := access.Parse([]string{tracedAPIKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newWebhookServerOn(t, pool, tr, func(c *config.Config) { c.APIKeys = keys })
 }
 
 // One delivery of a paid Checkout Session is one trace: the route's span, the webhook's steps and a

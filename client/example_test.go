@@ -14,7 +14,7 @@ var errNoCredits = errors.New("the account cannot cover the work")
 // example of README.md, compiled here so that it stays true. It has no output to check, so it is not run.
 func ExampleNew() {
 	reserve := func(ctx context.Context) error {
-		c, err := client.New("http://127.0.0.1:8080", "dev_key_local_only")
+		c, err := client.New("http://127.0.0.1:8080", "onceledger_dev_key_local_only_not_secret")
 		if err != nil {
 			return err
 		}

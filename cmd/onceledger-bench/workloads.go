@@ -18,7 +18,7 @@ import (
 
 const (
 	webhookSecret = "whsec_onceledger_bench"
-	apiKey        = "onceledger_bench_key"
+	apiKey        = "onceledger_bench_key_local_only_00"
 	topupAmount   = 1000
 )
 

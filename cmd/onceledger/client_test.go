@@ -20,7 +20,7 @@ import (
 // The Go client against the real `serve`, one route group a subtest, each on accounts of its own: what
 // the client sends and decodes, and what the money does.
 
-const clientKey = "key_client_e2e"
+const clientKey = "key_client_e2e_onceledger_00000000"
 
 // clientGrant is every account's signup grant here, so that each starts with credits to spend.
 const clientGrant = 100

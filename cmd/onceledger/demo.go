@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/pglocal"
 	"github.com/onceledger/onceledger/internal/stripefake"
 )
@@ -23,11 +24,11 @@ import (
 // started.
 const (
 	demoWebhookSecret = "whsec_demo_onceledger_local_only"
-	demoAPIKey        = "demo_key_local_only"
+	demoAPIKey        = "onceledger_demo_key_local_only_not_secret"
 )
 
 // demo is `onceledger demo [--url URL [--webhook-secret S] [--api-key K]]`. With --url it drives that
-// running server (the secret and key default to STRIPE_WEBHOOK_SECRET's and ONCELEDGER_API_KEYS' first,
+// running server (the secret and key default to STRIPE_WEBHOOK_SECRET's and ONCELEDGER_API_KEYS' first secret,
 // as `make run` sets them). Without, it shows every guarantee at work in under a minute: it runs the
 // real `serve` on a scratch database of the configured PostgreSQL, with the Stripe stand-in as its
 // Stripe API. Either way it fails when a balance differs from what the guarantees say it must be.
@@ -36,7 +37,8 @@ func demo(ctx context.Context, e env, args []string, getenv func(string) string)
 	flags.SetOutput(e.stderr)
 	url := flags.String("url", "", "drive the server running at this base URL instead of starting one")
 	secret := flags.String("webhook-secret", first(e.cfg.WebhookSecrets), "the server's webhook signing secret (with --url)")
-	apiKey := flags.String("api-key", first(e.cfg.APIKeys), "an API key the server accepts (with --url)")
+	apiKey := flags.String("api-key", access.Secret(first(strings.Split(getenv("ONCELEDGER_API_KEYS"), ","))),
+		"an API key the server accepts, with the spend, credit and operate scopes (with --url)")
 	if err := flags.Parse(args); err != nil || flags.NArg() > 0 {
 		return fmt.Errorf("%w: demo [--url URL [--webhook-secret S] [--api-key K]]", errUsage)
 	}

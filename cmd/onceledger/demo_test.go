@@ -32,12 +32,12 @@ func TestDemoDrivesARunningServer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	vars := getenvFrom(map[string]string{
-		"STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url", "ONCELEDGER_API_KEYS": "key_demo_url",
+		"STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url", "ONCELEDGER_API_KEYS": "key_demo_url_onceledger_0000000000",
 		"RECONCILE_INTERVAL": "1s",
 	})
 	base := startServe(t, map[string]string{
 		"DATABASE_URL": dbtest.URL(t), "STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url",
-		"ONCELEDGER_API_KEYS": "key_demo_url", "RECONCILE_INTERVAL": "1s",
+		"ONCELEDGER_API_KEYS": "key_demo_url_onceledger_0000000000", "RECONCILE_INTERVAL": "1s",
 	})
 	for round := range 2 {
 		stdout := &output{}

@@ -14,7 +14,7 @@ import (
 	"github.com/onceledger/onceledger/db/dbtest"
 )
 
-const groupCrashKey = "key_group_crash"
+const groupCrashKey = "key_group_crash_onceledger_0000000"
 
 // The server is SIGKILLed twice while 64 callers post adjustments and authorise holds on one hot
 // account, so groups of both (db.Poster and db.HoldAuthoriser) are cut mid-transaction. Each caller

@@ -39,7 +39,7 @@ func TestServeWorksEveryQueueWithOneClient(t *testing.T) {
 	receiver := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(receiver.Close)
 	base := startServe(t, map[string]string{
-		"DATABASE_URL": url, "ONCELEDGER_API_KEYS": "jobs_key", "NOTIFY_URL": receiver.URL, "NOTIFY_SECRET": "s",
+		"DATABASE_URL": url, "ONCELEDGER_API_KEYS": "jobs_key_onceledger_0000000000000", "NOTIFY_URL": receiver.URL, "NOTIFY_SECRET": "s",
 		"STRIPE_SECRET_KEY": stripefake.SecretKey, "STRIPE_API_BASE": stripeAPI.URL,
 	})
 
@@ -47,7 +47,7 @@ func TestServeWorksEveryQueueWithOneClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer jobs_key")
+	req.Header.Set("Authorization", "Bearer jobs_key_onceledger_0000000000000")
 	req.Header.Set("Idempotency-Key", "debit")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

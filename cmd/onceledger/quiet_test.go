@@ -36,7 +36,7 @@ func TestServeQuietMinuteWithEveryPassRunning(t *testing.T) {
 	t.Cleanup(receiver.Close)
 	stdout, stderr := &output{}, &output{}
 	base := startServeWithErrors(t, map[string]string{
-		"DATABASE_URL": url, "ONCELEDGER_API_KEYS": "quiet_key", "NOTIFY_URL": receiver.URL, "NOTIFY_SECRET": "s",
+		"DATABASE_URL": url, "ONCELEDGER_API_KEYS": "quiet_key_onceledger_000000000000", "NOTIFY_URL": receiver.URL, "NOTIFY_SECRET": "s",
 		"STRIPE_SECRET_KEY": stripefake.SecretKey, "STRIPE_API_BASE": stripeAPI.URL,
 		"RECONCILE_INTERVAL": "1s", "STRIPE_RECONCILE_INTERVAL": "2s", "SIGNUP_GRANT": "1000", "GRANT_TTL": "1h",
 	}, stdout, stderr)
@@ -48,7 +48,7 @@ func TestServeQuietMinuteWithEveryPassRunning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Authorization", "Bearer quiet_key")
+		req.Header.Set("Authorization", "Bearer quiet_key_onceledger_000000000000")
 		req.Header.Set("Idempotency-Key", fmt.Sprintf("quiet-%d", calls))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/onceledger/onceledger/db/dbtest"
 )
 
-const replicaAPIKey = "replica_test_key"
+const replicaAPIKey = "replica_test_key_onceledger_000000"
 
 // adjust posts one adjustment to base under key and returns the status and whether it was posted.
 func adjust(client *http.Client, base, account, key string, amount int64) (int, bool, error) {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/onceledger/onceledger/internal/access"
 )
 
 // Config is everything the binary can be told.
@@ -28,8 +30,9 @@ type Config struct {
 	Livemode *bool
 	// StripeAPIBase overrides Stripe's API URL (tests, stripe-mock); empty means Stripe itself.
 	StripeAPIBase string
-	// APIKeys are the bearer keys accepted on /v1; none means /v1 answers 401.
-	APIKeys []string
+	// APIKeys are the named, scoped bearer keys accepted on /v1 and at the console's login; none means
+	// /v1 answers 401.
+	APIKeys access.Keys
 	// SignupGrant is granted once per new account, in minor units; 0 disables it.
 	SignupGrant int64
 	// NotifyURL receives entry notifications after commit; empty disables them.
@@ -87,13 +90,15 @@ func Load(getenv func(string) string) (Config, error) {
 		WebhookSecrets:  list(getenv("STRIPE_WEBHOOK_SECRET")),
 		StripeSecretKey: strings.TrimSpace(getenv("STRIPE_SECRET_KEY")),
 		StripeAPIBase:   strings.TrimRight(strings.TrimSpace(getenv("STRIPE_API_BASE")), "/"),
-		APIKeys:         list(getenv("ONCELEDGER_API_KEYS")),
 		NotifyURL:       strings.TrimSpace(getenv("NOTIFY_URL")),
 		NotifySecret:    getenv("NOTIFY_SECRET"),
 		DataDir:         or(getenv("ONCELEDGER_DATA_DIR"), ".data"),
 	}
 	var errs []error
 	var err error
+	if c.APIKeys, err = access.Parse(list(getenv("ONCELEDGER_API_KEYS"))); err != nil {
+		errs = append(errs, err)
+	}
 	if c.SignupGrant, err = strconv.ParseInt(or(getenv("SIGNUP_GRANT"), "0"), 10, 64); err != nil || c.SignupGrant < 0 {
 		errs = append(errs, fmt.Errorf("SIGNUP_GRANT must be a whole number of minor units ≥ 0, got %q", getenv("SIGNUP_GRANT")))
 	}

@@ -167,3 +167,47 @@ func TestTracing(t *testing.T) {
 		}
 	}
 }
+
+// ONCELEDGER_API_KEYS: named, scoped entries and bare secrets (admin keys named after their first
+// characters); a secret shorter than 32 characters, an unknown scope, a malformed entry or a name used
+// twice refuses to start.
+func TestAPIKeys(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef0123456789abcdef"
+	load := func(keys string) (config.Config, error) {
+		return config.Load(func(k string) string { return map[string]string{"ONCELEDGER_API_KEYS": keys}[k] })
+	}
+	cfg, err := load("product:spend:a" + secret + ", finance:read:b" + secret + ",ops:operate+read:c" + secret + "," + secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name, scopes string
+	}{{"product", "spend"}, {"finance", "read"}, {"ops", "read+operate"}, {"012345", "admin"}}
+	if len(cfg.APIKeys) != len(want) {
+		t.Fatalf("%d keys, want %d", len(cfg.APIKeys), len(want))
+	}
+	for i, w := range want {
+		if k := cfg.APIKeys[i]; k.Name != w.name || k.Scopes.String() != w.scopes {
+			t.Errorf("key %d: %s with %s, want %s with %s", i, k.Name, k.Scopes, w.name, w.scopes)
+		}
+	}
+	if k := cfg.APIKeys.Match("b" + secret); k == nil || k.Name != "finance" {
+		t.Errorf("finance's secret matched %v", k)
+	}
+	if k := cfg.APIKeys.Match(secret + "x"); k != nil {
+		t.Errorf("a wrong secret matched %s", k.Name)
+	}
+	for _, bad := range []string{
+		"short_secret",
+		"product:spend:short",
+		"product:mint:" + secret,
+		"product:" + secret,
+		"Product:spend:" + secret,
+		"product:spend:a" + secret + ",product:read:b" + secret,
+	} {
+		if _, err := load(bad); err == nil {
+			t.Errorf("ONCELEDGER_API_KEYS=%q accepted", bad)
+		}
+	}
+}

@@ -24,14 +24,30 @@ import (
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
 const (
-	apiKey        = "console_test_key"
+	apiKey        = "console_test_key_onceledger_00000"
 	webhookSecret = "whsec_console_test"
+	// spendKey and readKey are keys of the product and of finance: the console refuses them.
+	spendKey = "console_spend_key_onceledger_0000"
+	readKey  = "console_read_key_onceledger_00000"
 )
+
+// testKeys are the keys every console test server accepts: an admin key (apiKey), an operator's, the
+// product's and finance's.
+func testKeys(t testing.TB) access.Keys {
+	t.Helper()
+	keys, err := access.Parse([]string{"ops:operate:another_key_onceledger_000000000", apiKey,
+		"product:spend:" + spendKey, "finance:read:" + readKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
 
 // The console in a real browser (headless Chromium), against the real router on a fresh database: a
 // wrong key cannot log in; the right one can; a parked top-up is found, dry-run once its account
@@ -242,7 +258,7 @@ type consoleServer struct {
 func newConsoleServer(t *testing.T) *consoleServer {
 	t.Helper()
 	pool := dbtest.New(t)
-	cfg := config.Config{APIKeys: []string{"another_key", apiKey}, WebhookSecrets: []string{webhookSecret}}
+	cfg := config.Config{APIKeys: testKeys(t), WebhookSecrets: []string{webhookSecret}}
 	// A file: concurrent requests may write to it at once.
 	logFile := filepath.Join(t.TempDir(), "console.log")
 	logs, err := os.Create(logFile)

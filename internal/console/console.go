@@ -3,7 +3,8 @@
 // account's timeline and balance chart; search by account, event, payment or dedupe key.
 //
 // Pages are html/template with the templates and CSS embedded; they need no JavaScript, and the
-// Content-Security-Policy allows no inline script or style. Logging in takes one of the API keys and
+// Content-Security-Policy allows no inline script or style. Logging in takes an API key with the operate
+// (or admin) scope and
 // gives a signed session cookie (session.go); every form carries a CSRF token bound to the session.
 // Data comes through package db, replays and dry runs through stripeevents, the webhook's own code path.
 package console
@@ -18,6 +19,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
@@ -30,8 +32,8 @@ type Deps struct {
 	// Events replays stored events and dry-runs their replay.
 	Events *stripeevents.Processor
 	Log    *slog.Logger
-	// CheckKey reports, in constant time, whether key is one of the API keys.
-	CheckKey func(key string) bool
+	// Keys are the API keys; one with the operate (or admin) scope logs in.
+	Keys access.Keys
 }
 
 //go:embed templates/*.html

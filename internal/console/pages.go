@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/notify"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
@@ -62,11 +63,18 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) error {
 }
 
 // login checks the key against the API keys (checkCSRF has checked the form's token) and replaces
-// the session with a logged-in one.
+// the session with a logged-in one. Only an operator's key (operate or admin) logs in: a product's
+// spend key or a finance read key has no business in the console.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) error {
-	if !c.CheckKey(r.PostFormValue("key")) {
+	key := c.Keys.Match(r.PostFormValue("key"))
+	if key == nil {
 		c.render(w, r, http.StatusUnauthorized, "login", &loginPage{frame: c.frame(r, "Log in"),
 			Error: "That key is not one of the API keys (ONCELEDGER_API_KEYS)."})
+		return nil
+	}
+	if !key.Scopes.Allows(access.Operate) {
+		c.render(w, r, http.StatusForbidden, "login", &loginPage{frame: c.frame(r, "Log in"),
+			Error: "That key lacks the operate scope the console needs."})
 		return nil
 	}
 	c.sessions.issue(w, r, true)

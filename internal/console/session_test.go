@@ -120,6 +120,9 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {apiKey}}), http.StatusForbidden, "")
 	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {apiKey}, "csrf_token": {token + "x"}}), http.StatusForbidden, "")
 	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {"wrong"}, "csrf_token": {token}}), http.StatusUnauthorized, "")
+	// The product's and finance's keys are API keys, but not an operator's.
+	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {spendKey}, "csrf_token": {token}}), http.StatusForbidden, "")
+	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {readKey}, "csrf_token": {token}}), http.StatusForbidden, "")
 	wantStatus(t, c.send(http.MethodGet, "/console/", nil), http.StatusSeeOther, "/console/login")
 
 	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {apiKey}, "csrf_token": {token}}), http.StatusSeeOther, "/console/")
@@ -174,7 +177,7 @@ func flipLastChar(s string) string {
 // Under TLS the session cookie is Secure.
 func TestConsoleCookieIsSecureUnderTLS(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewTLSServer(api.NewHandler(api.Deps{Config: config.Config{APIKeys: []string{apiKey}}}))
+	srv := httptest.NewTLSServer(api.NewHandler(api.Deps{Config: config.Config{APIKeys: testKeys(t)}}))
 	t.Cleanup(srv.Close)
 	c := newClient(t, srv.URL, srv.Client())
 	c.csrfToken("/console/login")
