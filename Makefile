@@ -19,8 +19,9 @@ OAPI_CODEGEN = go tool oapi-codegen -config client/oapi-codegen.yaml -o $(1) api
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD := -ldflags "-X main.version=$(VERSION)"
 
-# `make run` works with no configuration: these development defaults apply only when unset.
-DEV_WEBHOOK_SECRET := whsec_dev_onceledger_local_only
+# `make run` works with no configuration: these development defaults apply only when unset (the same
+# as internal/config's DevAPIKey and DevWebhookSecret, which serve refuses on a non-loopback ADDR).
+DEV_WEBHOOK_SECRET := whsec_dev_onceledger_local_only_not_a_secret
 DEV_API_KEY        := onceledger_dev_key_local_only_not_secret
 RUN_ADDR           := $(or $(ADDR),127.0.0.1:8080)
 
@@ -36,6 +37,7 @@ build: ## build the onceledger binary into .bin/
 run: build ## migrate and serve on 127.0.0.1:8080 with development defaults (no setup needed)
 	@export STRIPE_WEBHOOK_SECRET="$${STRIPE_WEBHOOK_SECRET:-$(DEV_WEBHOOK_SECRET)}" \
 	        ONCELEDGER_API_KEYS="$${ONCELEDGER_API_KEYS:-$(DEV_API_KEY)}" \
+	        ALLOWED_HOSTS="$${ALLOWED_HOSTS:-127.0.0.1,localhost}" \
 	        ADDR="$(RUN_ADDR)"; \
 	$(ONCELEDGER) migrate up && \
 	echo "" && \

@@ -80,7 +80,7 @@ func TestPutAccountRefusesBadInput(t *testing.T) {
 // TestAuthOnEveryV1Route: no route under /v1 answers without a configured key, in constant time.
 func TestAuthOnEveryV1Route(t *testing.T) {
 	t.Parallel()
-	withKeys := newServer(t)
+	withKeys := newPatientServer(t)
 	withoutKeys := newServer(t, func(c *config.Config) { c.APIKeys = nil })
 	withKeys.createAccount("acct_auth", "usd", 0)
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v79/client"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/stripeevents"
@@ -34,6 +35,11 @@ type Deps struct {
 	Jobs *river.Client[db.Tx]
 	// Tracing traces every route and the webhook's verification; nil is off.
 	Tracing *tracing.Tracing
+	// Audit records who did what (package audit); NewHandler makes it on Pool when nil.
+	Audit *db.AuditTrail
+	// Throttle slows down the guessing of keys at the bearer check and the console's login; NewHandler
+	// makes one with the service's settings when nil.
+	Throttle *access.Throttle
 }
 
 // NewHandler returns the whole HTTP surface.
@@ -41,5 +47,11 @@ func NewHandler(d Deps) http.Handler {
 	if d.Metrics == nil {
 		d.Metrics = metrics.New()
 	}
-	return routes(d)
+	if d.Throttle == nil {
+		d.Throttle = access.NewThrottle()
+	}
+	if d.Audit == nil && d.Pool != nil {
+		d.Audit = db.NewAuditTrail(d.Pool)
+	}
+	return allowHosts(d.Config.AllowedHosts, routes(d))
 }

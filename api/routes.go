@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/onceledger/onceledger/internal/access"
+	"github.com/onceledger/onceledger/internal/audit"
 	"github.com/onceledger/onceledger/internal/metrics"
 	"github.com/onceledger/onceledger/internal/tracing"
 )
@@ -20,7 +21,8 @@ import (
 // order listed here: the hot ones (postings, holds, the webhook) first.
 func routes(d Deps) *mux.Router {
 	r := newRouter(d.Metrics, d.Tracing)
-	apiKey := requireAPIKey(d.Config.APIKeys)
+	trail := audit.Recorder{Trail: d.Audit, Log: d.Log}
+	apiKey := requireAPIKey(d.Config.APIKeys, d.Throttle, trail)
 
 	// The product API: every route behind an API key holding the scope it names (package access).
 	v1 := r.prefix("/v1")
@@ -44,6 +46,7 @@ func routes(d Deps) *mux.Router {
 	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(access.Operate, handleVoidLot(d)))
 	v1.handle(http.MethodGet, "/v1/stripe/events", apiKey(access.Read, handleListStripeEvents(d)))
 	v1.handle(http.MethodGet, "/v1/reports/stripe-drift", apiKey(access.Read, handleGetStripeDrift(d)))
+	v1.handle(http.MethodGet, "/v1/audit", apiKey(access.Admin, handleListAudit(d)))
 
 	// Stripe's webhook, authenticated by its signature.
 	webhooks := r.prefix("/webhooks")
@@ -51,7 +54,7 @@ func routes(d Deps) *mux.Router {
 
 	// The operator console: HTML for people, outside the API's document. Every answer carries its
 	// session and headers (and every POST its CSRF check); every page but the login needs a login.
-	c := newConsole(d)
+	c := newConsole(d, trail)
 	page := func(h http.Handler) http.Handler { return c.Session(c.RequireLogin(h)) }
 	console := r.prefix("/console")
 	console.refuseWith(c.Session(c.NotFound()), c.Session(c.MethodNotAllowed()))
@@ -69,11 +72,13 @@ func routes(d Deps) *mux.Router {
 	console.handle(http.MethodGet, "/console/accounts/{id}", page(c.Account()))
 	console.handle(http.MethodGet, "/console/search", page(c.Search()))
 	console.handle(http.MethodGet, "/console/drift", page(c.Drift()))
+	console.handle(http.MethodGet, "/console/audit", page(c.Audit()))
 
-	// Open: for load balancers, Prometheus and API clients.
+	// Open: for load balancers and API clients. The metrics show the service's internals: Prometheus
+	// scrapes them with a read key (authorization: bearer).
 	r.handle(http.MethodGet, "/healthz", handleHealthz())
 	r.handle(http.MethodGet, "/readyz", handleReadyz(d))
-	r.handle(http.MethodGet, "/metrics", d.Metrics.Handler())
+	r.handle(http.MethodGet, "/metrics", apiKey(access.Read, d.Metrics.Handler()))
 	r.handle(http.MethodGet, "/openapi.yaml", handleOpenAPI())
 
 	return r.mux

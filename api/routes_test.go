@@ -123,7 +123,11 @@ func TestRequestsAreTimedByPattern(t *testing.T) {
 	h := NewHandler(Deps{Config: config.Config{APIKeys: testKeys(t, testAPIKey)}})
 	serve := func(method, path string) string {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		req := httptest.NewRequest(method, path, nil)
+		if path == "/metrics" {
+			req.Header.Set("Authorization", "Bearer "+testAPIKey)
+		}
+		h.ServeHTTP(w, req)
 		return w.Body.String()
 	}
 	serve(http.MethodPost, "/v1/accounts/acct_timed/holds/hold_timed/capture") // 401: no key
@@ -151,7 +155,7 @@ func TestRequestsAreTimedByPattern(t *testing.T) {
 // takes a POST past the CSRF check, to the login check).
 func TestEveryRouteIsBehindItsAuth(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := newPatientServer(t)
 	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	send := func(method, path string, header http.Header, form url.Values) *http.Response {
 		t.Helper()

@@ -7,8 +7,8 @@ import (
 
 // TestScopesOnRoutes: each route lets through only a key with its scope (or admin). The product's spend
 // key authorises, captures and voids holds and posts decisions, and is refused 403 insufficient_scope on
-// adjustments and lot voids; finance's read key reads and is refused every write; a refused request
-// changes nothing.
+// adjustments and lot voids; finance's read key reads (the metrics too) and is refused every write; a
+// refused request changes nothing.
 func TestScopesOnRoutes(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -37,6 +37,7 @@ func TestScopesOnRoutes(t *testing.T) {
 		{readAPIKey, http.MethodPut, "/v1/accounts/acct_scope/alerts", `{"thresholds":[]}`},
 		{creditAPIKey, http.MethodPost, "/v1/lots/1/void", ``},
 		{creditAPIKey, http.MethodPost, "/v1/decisions", `[{"id":"d3","account_id":"acct_scope","cost":1}]`},
+		{spendAPIKey, http.MethodGet, "/metrics", ``},
 	}
 	for _, r := range refused {
 		s.call(r.method, r.path, r.body, as(r.key)...).want(t, http.StatusForbidden, "insufficient_scope")
@@ -50,6 +51,8 @@ func TestScopesOnRoutes(t *testing.T) {
 	s.call(http.MethodGet, "/v1/accounts/acct_scope", nil, as(readAPIKey)...).want(t, http.StatusOK, "")
 	s.call(http.MethodGet, "/v1/accounts/acct_scope/entries", nil, as(readAPIKey)...).want(t, http.StatusOK, "")
 	s.call(http.MethodGet, "/v1/accounts/acct_scope/holds/job-1", nil, as(readAPIKey)...).want(t, http.StatusOK, "")
+	s.call(http.MethodGet, "/metrics", nil, as(readAPIKey)...).want(t, http.StatusOK, "")
+	s.call(http.MethodGet, "/metrics", nil, "Authorization", "").want(t, http.StatusUnauthorized, "missing_api_key")
 	s.call(http.MethodPost, "/v1/accounts/acct_scope/adjustments", `{"amount":100}`, as(creditAPIKey)...).want(t, http.StatusCreated, "")
 	s.wantMoney("acct_scope", 1070, 3)
 }

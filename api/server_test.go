@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -60,15 +61,30 @@ func newServer(t *testing.T, configure ...func(*config.Config)) *server {
 // newServerOn is newServer on the database of pool.
 func newServerOn(t *testing.T, pool *pgxpool.Pool, configure ...func(*config.Config)) *server {
 	t.Helper()
+	return newServerWith(t, pool, func(*Deps) {}, configure...)
+}
+
+// newServerWith is newServerOn with the wired deps changed by wire last.
+func newServerWith(t *testing.T, pool *pgxpool.Pool, wire func(*Deps), configure ...func(*config.Config)) *server {
+	t.Helper()
 	cfg := config.Config{APIKeys: testKeys(t, otherAPIKey, testAPIKey, "product:spend:"+spendAPIKey,
 		"finance:read:"+readAPIKey, "support:credit+read:"+creditAPIKey)}
 	for _, c := range configure {
 		c(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ts := httptest.NewServer(NewHandler(WiredDeps(pool, cfg, log, db.LedgerConfig{})))
+	d := WiredDeps(pool, cfg, log, db.LedgerConfig{})
+	wire(&d)
+	ts := httptest.NewServer(NewHandler(d))
 	t.Cleanup(ts.Close)
 	return &server{t: t, url: ts.URL, pool: pool}
+}
+
+// newPatientServer is newServer with a throttle that never refuses: for the tests that try many wrong
+// keys on purpose.
+func newPatientServer(t *testing.T) *server {
+	t.Helper()
+	return newServerWith(t, dbtest.New(t), func(d *Deps) { d.Throttle = &access.Throttle{FreeFailures: math.MaxInt} })
 }
 
 // in returns s reporting to t, for use inside a subtest.

@@ -34,6 +34,7 @@ var accountTables = []string{
 	"recharge_attempts",
 	"balance_alerts",
 	"stripe_drift",
+	"audit_log",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.
@@ -42,6 +43,8 @@ var keyedTables = [][2]string{
 	{"dedupe_claims", "dedupe_key"},
 	// Deployment-wide: one row per clean window of the Stripe drift pass, keyed by its window.
 	{"stripe_drift_checkpoints", "window_start"},
+	// Console sessions belong to no account; each statement names one session.
+	{"console_sessions", "id"},
 }
 
 // citusMarker is the table prepare.sql creates: its presence is what makes a database "on Citus"

@@ -73,6 +73,7 @@ func TestCitusDistributesTheSchema(t *testing.T) {
 	keyed := map[string]string{
 		"accounts": "id colocated=true", "stripe_events": "event_id colocated=false",
 		"dedupe_claims": "dedupe_key colocated=false", "stripe_drift_checkpoints": "window_start colocated=false",
+		"console_sessions": "id colocated=false",
 	}
 	for table, distribution := range got {
 		want, ok := keyed[table]

@@ -186,11 +186,11 @@ func eventFromListRow(r dbsqlc.StripeEventsListRow) Event {
 	}
 }
 
-// MarkReviewed records that an operator looked at a parked event, so that verify stops reporting it
-// as left unreviewed; it stays parked. reviewed is false when the event was never received or is not
-// parked.
-func MarkReviewed(ctx context.Context, q Conn, eventID string) (reviewed bool, err error) {
-	n, err := dbsqlc.New(q).StripeEventsMarkReviewed(ctx, eventID)
+// MarkReviewed records that reviewer (an API key's name, or the operator at the command line) looked at
+// a parked event, so that verify stops reporting it as left unreviewed and names them instead; it stays
+// parked. reviewed is false when the event was never received or is not parked.
+func MarkReviewed(ctx context.Context, q Conn, eventID, reviewer string) (reviewed bool, err error) {
+	n, err := dbsqlc.New(q).StripeEventsMarkReviewed(ctx, dbsqlc.StripeEventsMarkReviewedParams{EventID: eventID, ReviewedBy: reviewer})
 	if err != nil {
 		return false, fmt.Errorf("mark %s reviewed: %w", eventID, MapError(err))
 	}

@@ -90,6 +90,39 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 	return append(out, lots...), nil
 }
 
+// Review is a parked event that verify does not report because someone reviewed it.
+type Review struct {
+	EventID, Type, ParkedReason string
+	ReceivedAt, ReviewedAt      time.Time
+	// ReviewedBy names who: an API key's name, or the operator at the command line; "" for a review
+	// recorded before reviewers were named.
+	ReviewedBy string
+}
+
+func (r Review) String() string {
+	by := r.ReviewedBy
+	if by == "" {
+		by = "(unnamed)"
+	}
+	return fmt.Sprintf("event %s (%s) parked as %s since %s, reviewed by %s at %s", r.EventID, r.Type,
+		r.ParkedReason, r.ReceivedAt.UTC().Format(time.RFC3339), by, r.ReviewedAt.UTC().Format(time.RFC3339))
+}
+
+// Reviewed returns the parked events received more than parkedAfter before now that Verify leaves out
+// because they were reviewed, each with its reviewer: what silences a report is on record.
+func Reviewed(ctx context.Context, q Conn, now time.Time, parkedAfter time.Duration) ([]Review, error) {
+	rows, err := dbsqlc.New(q).StripeEventsParkedReviewed(ctx, now.Add(-parkedAfter))
+	if err != nil {
+		return nil, fmt.Errorf("list reviewed parked events: %w", MapError(err))
+	}
+	out := make([]Review, len(rows))
+	for i, r := range rows {
+		out[i] = Review{EventID: r.EventID, Type: r.Type, ParkedReason: r.ParkedReason, ReceivedAt: r.ReceivedAt,
+			ReviewedAt: r.ReviewedAt, ReviewedBy: r.ReviewedBy}
+	}
+	return out, nil
+}
+
 // lotViolations checks SPEC §12: every lot's remaining is its amount less its draws plus its refills
 // (and a closed lot holds nothing); every account's balance (its last entry's balance_after: the cached
 // balance is checked above) is its open lots' remaining less its debt; no open lot is past its expiry

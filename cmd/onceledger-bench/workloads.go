@@ -17,7 +17,7 @@ import (
 )
 
 const (
-	webhookSecret = "whsec_onceledger_bench"
+	webhookSecret = "whsec_onceledger_bench_local_only_000000"
 	apiKey        = "onceledger_bench_key_local_only_00"
 	topupAmount   = 1000
 )

@@ -119,7 +119,7 @@ func deliverThroughCrashes(t *testing.T, w *workload, senders int, kills []int64
 	w.createAccounts(t, url)
 	addr := freeAddr(t)
 	base := "http://" + addr
-	env := []string{"DATABASE_URL=" + url, "ADDR=" + addr, "STRIPE_WEBHOOK_SECRET=" + loadSecret}
+	env := []string{"DATABASE_URL=" + url, "ADDR=" + addr, "STRIPE_WEBHOOK_SECRET=" + loadSecret, "ONCELEDGER_API_KEYS=" + serveTestKey}
 	server := startProcess(t, env)
 	server.waitReady(t, base)
 

@@ -23,7 +23,7 @@ import (
 // The self-contained demo's own secrets: it is both Stripe and the product, talking to a server it
 // started.
 const (
-	demoWebhookSecret = "whsec_demo_onceledger_local_only"
+	demoWebhookSecret = "whsec_demo_onceledger_local_only_not_secret"
 	demoAPIKey        = "onceledger_demo_key_local_only_not_secret"
 )
 

@@ -32,11 +32,11 @@ func TestDemoDrivesARunningServer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	vars := getenvFrom(map[string]string{
-		"STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url", "ONCELEDGER_API_KEYS": "key_demo_url_onceledger_0000000000",
+		"STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url_onceledger_000000000", "ONCELEDGER_API_KEYS": "key_demo_url_onceledger_0000000000",
 		"RECONCILE_INTERVAL": "1s",
 	})
 	base := startServe(t, map[string]string{
-		"DATABASE_URL": dbtest.URL(t), "STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url",
+		"DATABASE_URL": dbtest.URL(t), "STRIPE_WEBHOOK_SECRET": "whsec_test_demo_url_onceledger_000000000",
 		"ONCELEDGER_API_KEYS": "key_demo_url_onceledger_0000000000", "RECONCILE_INTERVAL": "1s",
 	})
 	for round := range 2 {

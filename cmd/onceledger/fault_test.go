@@ -106,10 +106,15 @@ func killConnections(t *testing.T, ctx context.Context, url string, delivered fu
 	}
 }
 
-// scrape returns the server's /metrics text.
+// scrape returns the server's /metrics text, read with the key startServe gives a server.
 func scrape(t *testing.T, base string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+serveTestKey)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/onceledger/onceledger/db/dbtest"
 )
 
-const loadSecret = "whsec_load_test"
+const loadSecret = "whsec_load_test_onceledger_0000000000000"
 
 // workload is a set of signed-at-send-time Stripe events whose final ledger is known in advance,
 // whatever order they arrive in and however often.

@@ -59,6 +59,9 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // startServe runs the real `onceledger serve` on a free port and returns its base URL; the server is
 // stopped, and must have shut down cleanly, when the test ends. Every goroutine the server starts
 // carries the profiler label serve=<test name> (see serverGoroutines).
+// serveTestKey is the API key of a served test that names none.
+const serveTestKey = "serve_test_key_onceledger_0000000000"
+
 func startServe(t *testing.T, vars map[string]string) string {
 	t.Helper()
 	return startServeWithOutput(t, vars, &output{})
@@ -74,6 +77,9 @@ func startServeWithOutput(t *testing.T, vars map[string]string, stdout *output) 
 func startServeWithErrors(t *testing.T, vars map[string]string, stdout, stderr *output) string {
 	t.Helper()
 	vars["ADDR"] = "127.0.0.1:0"
+	if vars["ONCELEDGER_API_KEYS"] == "" {
+		vars["ONCELEDGER_API_KEYS"] = serveTestKey // serve refuses to start without a key
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go pprof.Do(ctx, pprof.Labels("serve", t.Name()), func(ctx context.Context) {

@@ -84,7 +84,7 @@ func TestServeWithNotificationsNeedsRiversTables(t *testing.T) {
 	if _, err := rm.Migrate(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1}); err != nil {
 		t.Fatal(err)
 	}
-	vars := getenvFrom(map[string]string{"DATABASE_URL": url, "ADDR": "127.0.0.1:0", "NOTIFY_URL": "http://127.0.0.1:9/", "NOTIFY_SECRET": "s"})
+	vars := getenvFrom(map[string]string{"DATABASE_URL": url, "ADDR": "127.0.0.1:0", "NOTIFY_URL": "http://127.0.0.1:9/", "NOTIFY_SECRET": "s", "ONCELEDGER_API_KEYS": serveTestKey})
 	err = run(ctx, []string{"serve"}, vars, &output{}, &output{})
 	if err == nil || !strings.Contains(err.Error(), "onceledger migrate up") {
 		t.Fatalf("serve without river's tables: %v, want a refusal naming `onceledger migrate up`", err)

@@ -2,18 +2,24 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/onceledger/onceledger/db"
 )
 
-// review records that an operator looked at parked events, so that verify stops reporting them as
-// left unreviewed. They stay parked, and keep their money untouched, until a replay applies them. It
-// prints one line per event and fails when any id is not a parked event.
-func review(ctx context.Context, e env, eventIDs []string) error {
-	if len(eventIDs) == 0 {
-		return fmt.Errorf("review needs at least one event id: %w", errUsage)
+// review is `review --by NAME EVENT_ID...`: it records that the operator NAME looked at parked events,
+// so that verify stops reporting them as left unreviewed and names NAME instead; each review is in the
+// audit trail, written in its transaction. The events stay parked, and keep their money untouched,
+// until a replay applies them. It prints one line per event and fails when any id is not a parked event.
+func review(ctx context.Context, e env, args []string) error {
+	flags := flag.NewFlagSet("review", flag.ContinueOnError)
+	flags.SetOutput(e.stderr)
+	by := flags.String("by", "", "who reviewed (verify names them)")
+	if err := flags.Parse(args); err != nil || *by == "" || flags.NArg() == 0 {
+		return fmt.Errorf("review --by NAME needs at least one event id: %w", errUsage)
 	}
+	eventIDs := flags.Args()
 	pool, err := e.openPool(ctx)
 	if err != nil {
 		return err
@@ -22,7 +28,14 @@ func review(ctx context.Context, e env, eventIDs []string) error {
 
 	var failed int
 	for _, id := range eventIDs {
-		reviewed, err := db.MarkReviewed(ctx, pool, id)
+		var reviewed bool
+		err := db.InTx(ctx, pool, func(tx db.Tx) (err error) {
+			if reviewed, err = db.MarkReviewed(ctx, tx, id, *by); err != nil || !reviewed {
+				return err
+			}
+			return db.RecordAudit(ctx, tx, db.AuditRecord{KeyName: *by, Action: "cli review", TargetID: id,
+				Status: 200, Outcome: "ok"})
+		})
 		switch {
 		case err != nil:
 			failed++

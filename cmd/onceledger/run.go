@@ -29,7 +29,9 @@ commands:
                         check that Stripe and the ledger agree over a window (default: the days of the
                         last week without a checkpoint); non-zero exit on any drift
   verify                check every ledger invariant; non-zero exit on any violation
-  review EVENT_ID...    mark parked Stripe events as looked at, so verify stops reporting them
+  review --by NAME EVENT_ID...
+                        mark parked Stripe events as looked at by NAME: verify names NAME instead of
+                        reporting them
   replay [--dry-run] EVENT_ID...
                         re-apply stored Stripe events (parked ones after a fix); never doubles an effect;
                         --dry-run prints the entries a replay would post, changing nothing

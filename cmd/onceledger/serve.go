@@ -21,6 +21,9 @@ import (
 // requests, stops the reconciler, the drift pass and the jobs, closes the pool, and sends the last
 // spans when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT).
 func serve(ctx context.Context, e env) error {
+	if err := e.cfg.CheckServe(); err != nil {
+		return err
+	}
 	tr, stopTracing, err := tracing.Start(ctx, e.cfg.Tracing, version, e.log)
 	if err != nil {
 		return err

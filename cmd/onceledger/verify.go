@@ -34,6 +34,14 @@ func verify(ctx context.Context, e env, args []string) error {
 	for _, v := range violations {
 		fmt.Fprintln(e.stdout, v)
 	}
+	// Reviewed parked events are not violations, but who silenced them is said every time.
+	reviewed, err := db.Reviewed(ctx, pool, time.Now(), *parkedAfter)
+	if err != nil {
+		return err
+	}
+	for _, r := range reviewed {
+		fmt.Fprintln(e.stdout, "reviewed:", r)
+	}
 	if len(violations) > 0 {
 		return fmt.Errorf("%w: %d found", errViolations, len(violations))
 	}

@@ -153,6 +153,16 @@ func (k Keys) Match(secret string) *Key {
 	return &k[found]
 }
 
+// Named is the key named name, or nil: a session outlives no key removed from the configuration.
+func (k Keys) Named(name string) *Key {
+	for i := range k {
+		if k[i].Name == name {
+			return &k[i]
+		}
+	}
+	return nil
+}
+
 // Secret is the secret of one ONCELEDGER_API_KEYS entry (what a client sends), named or bare.
 func Secret(entry string) string {
 	parts := strings.SplitN(strings.TrimSpace(entry), ":", 3)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,14 @@ type Config struct {
 	WebhookGroupCommit bool
 	// Tracing is where serve sends its OpenTelemetry spans; the zero value sends none.
 	Tracing Tracing
+	// SecureCookies marks the console's session cookie Secure and sends HSTS: the console is reached
+	// over TLS (often through a proxy that terminates it). CONSOLE_SECURE_COOKIE on or off; unset, on
+	// unless ADDR is a loopback address (make run, a local port-forward).
+	SecureCookies bool
+	// AllowedHosts, when set, are the only Host headers (without port) answered: a page of another site
+	// whose name was rebound to this server's address is refused (DNS rebinding). ALLOWED_HOSTS,
+	// comma-separated; `make run` sets 127.0.0.1 and localhost.
+	AllowedHosts []string
 }
 
 // Tracing is read from OpenTelemetry's standard variables, the subset an OTLP/HTTP exporter of
@@ -82,6 +91,17 @@ type Tracing struct {
 // docs/performance.md has the measurement.
 const DefaultDBMaxConns = 16
 
+// The development defaults `make run` sets and the README prints: public, so refused on any address
+// but loopback (CheckServe).
+const (
+	DevAPIKey        = "onceledger_dev_key_local_only_not_secret"
+	DevWebhookSecret = "whsec_dev_onceledger_local_only_not_a_secret"
+)
+
+// minWebhookSecret is the length of Stripe's endpoint secrets (whsec_ and 32 characters): a shorter
+// one was not made by Stripe, and is easier to guess.
+const minWebhookSecret = len("whsec_") + 32
+
 // Load reads the configuration. Every value is checked here, so a typo fails at start, not later.
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
@@ -93,6 +113,7 @@ func Load(getenv func(string) string) (Config, error) {
 		NotifyURL:       strings.TrimSpace(getenv("NOTIFY_URL")),
 		NotifySecret:    getenv("NOTIFY_SECRET"),
 		DataDir:         or(getenv("ONCELEDGER_DATA_DIR"), ".data"),
+		AllowedHosts:    list(strings.ToLower(getenv("ALLOWED_HOSTS"))),
 	}
 	var errs []error
 	var err error
@@ -124,6 +145,15 @@ func Load(getenv func(string) string) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("WEBHOOK_GROUP_COMMIT must be on or off, got %q", getenv("WEBHOOK_GROUP_COMMIT")))
 	}
+	switch getenv("CONSOLE_SECURE_COOKIE") {
+	case "":
+		c.SecureCookies = !isLoopback(c.Addr)
+	case "on":
+		c.SecureCookies = true
+	case "off":
+	default:
+		errs = append(errs, fmt.Errorf("CONSOLE_SECURE_COOKIE must be on or off, got %q", getenv("CONSOLE_SECURE_COOKIE")))
+	}
 	if c.Tracing, err = tracing(getenv); err != nil {
 		errs = append(errs, err)
 	}
@@ -140,10 +170,13 @@ func Load(getenv func(string) string) (Config, error) {
 		errs = append(errs, err)
 	}
 	for _, s := range c.WebhookSecrets {
-		if !strings.HasPrefix(s, "whsec_") {
-			errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: every secret starts with whsec_"))
+		if !strings.HasPrefix(s, "whsec_") || len(s) < minWebhookSecret {
+			errs = append(errs, fmt.Errorf("STRIPE_WEBHOOK_SECRET: every secret is Stripe's endpoint secret, whsec_ and at least %d more characters (the dashboard's, or `stripe listen`'s)", minWebhookSecret-len("whsec_")))
 			break
 		}
+	}
+	if !isLoopback(c.Addr) && (c.APIKeys.Match(DevAPIKey) != nil || slices.Contains(c.WebhookSecrets, DevWebhookSecret)) {
+		errs = append(errs, fmt.Errorf("ADDR %s is reachable from other machines, and ONCELEDGER_API_KEYS or STRIPE_WEBHOOK_SECRET holds the public development one the README prints: set your own", c.Addr))
 	}
 	for name, raw := range map[string]string{"STRIPE_API_BASE": c.StripeAPIBase, "NOTIFY_URL": c.NotifyURL} {
 		if raw == "" {
@@ -157,6 +190,15 @@ func Load(getenv func(string) string) (Config, error) {
 		errs = append(errs, errors.New("NOTIFY_SECRET is required with NOTIFY_URL: receivers verify the signature"))
 	}
 	return c, errors.Join(errs...)
+}
+
+// CheckServe refuses what serve must not start with, though other commands may: no API key at all
+// (every /v1 request and every console login would be refused).
+func (c Config) CheckServe() error {
+	if len(c.APIKeys) == 0 {
+		return errors.New("ONCELEDGER_API_KEYS is empty: set at least one key (docs/access.md says how), or every /v1 request and console login is refused")
+	}
+	return nil
 }
 
 // livemode is the deployment's mode: what the key's prefix says (sk_live_/rk_live_, sk_test_/rk_test_)
@@ -208,11 +250,17 @@ func loopback(addr string) (string, error) {
 	if addr == "" {
 		return "", nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+	if !isLoopback(addr) {
 		return "", fmt.Errorf("PPROF_ADDR must be a loopback host:port such as 127.0.0.1:6060, got %q", addr)
 	}
 	return addr, nil
+}
+
+// isLoopback reports whether addr is a host:port whose host is a loopback address or localhost.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return err == nil && (host == "localhost" || (ip != nil && ip.IsLoopback()))
 }
 
 // tracing reads OpenTelemetry's variables: tracing is on when an OTLP endpoint is named, unless

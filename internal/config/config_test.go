@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -209,5 +210,45 @@ func TestAPIKeys(t *testing.T) {
 		if _, err := load(bad); err == nil {
 			t.Errorf("ONCELEDGER_API_KEYS=%q accepted", bad)
 		}
+	}
+}
+
+// What serve must not run with refuses to start, saying why: a webhook secret shorter than Stripe's, the
+// README's public development key or secret on an address other machines reach, and (serve only) no
+// API key at all. On loopback the development defaults are fine (make run). The session cookie is
+// Secure unless ADDR is loopback or CONSOLE_SECURE_COOKIE says otherwise.
+func TestDangerousSettingsAreRefused(t *testing.T) {
+	t.Parallel()
+	const key = "ops:operate:0123456789abcdef0123456789abcdef"
+	load := func(vars map[string]string) (config.Config, error) {
+		return config.Load(func(k string) string { return vars[k] })
+	}
+	for _, bad := range []map[string]string{
+		{"STRIPE_WEBHOOK_SECRET": "whsec_", "ONCELEDGER_API_KEYS": key},
+		{"STRIPE_WEBHOOK_SECRET": "whsec_0123456789abcdef0123456789abcde", "ONCELEDGER_API_KEYS": key},
+		{"ADDR": "0.0.0.0:8080", "ONCELEDGER_API_KEYS": config.DevAPIKey},
+		{"ADDR": "10.0.0.5:8080", "ONCELEDGER_API_KEYS": key + ",dev:read:" + config.DevAPIKey},
+		{"ADDR": ":8080", "ONCELEDGER_API_KEYS": key, "STRIPE_WEBHOOK_SECRET": config.DevWebhookSecret},
+		{"CONSOLE_SECURE_COOKIE": "yes", "ONCELEDGER_API_KEYS": key},
+	} {
+		if _, err := load(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	dev, err := load(map[string]string{"ADDR": "127.0.0.1:8080", "ONCELEDGER_API_KEYS": config.DevAPIKey,
+		"STRIPE_WEBHOOK_SECRET": config.DevWebhookSecret})
+	if err != nil || dev.CheckServe() != nil || dev.SecureCookies {
+		t.Fatalf("make run's defaults on loopback: %v, %v, secure cookies %t", err, dev.CheckServe(), dev.SecureCookies)
+	}
+	if none, err := load(map[string]string{}); err != nil || none.CheckServe() == nil {
+		t.Fatalf("no keys: load %v, serve let through", err)
+	}
+	public, err := load(map[string]string{"ADDR": "0.0.0.0:8080", "ONCELEDGER_API_KEYS": key, "ALLOWED_HOSTS": "Ledger.example.com, localhost"})
+	if err != nil || !public.SecureCookies || strings.Join(public.AllowedHosts, ",") != "ledger.example.com,localhost" {
+		t.Fatalf("a public address: %v, secure cookies %t, allowed hosts %v", err, public.SecureCookies, public.AllowedHosts)
+	}
+	proxied, err := load(map[string]string{"ONCELEDGER_API_KEYS": key, "CONSOLE_SECURE_COOKIE": "on"})
+	if err != nil || !proxied.SecureCookies {
+		t.Fatalf("CONSOLE_SECURE_COOKIE=on behind a proxy on loopback: %v, secure cookies %t", err, proxied.SecureCookies)
 	}
 }

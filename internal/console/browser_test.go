@@ -32,6 +32,8 @@ import (
 const (
 	apiKey        = "console_test_key_onceledger_00000"
 	webhookSecret = "whsec_console_test"
+	// opsKey is an operator's key (named ops, scope operate).
+	opsKey = "ops_key_onceledger_console_tests_0000"
 	// spendKey and readKey are keys of the product and of finance: the console refuses them.
 	spendKey = "console_spend_key_onceledger_0000"
 	readKey  = "console_read_key_onceledger_00000"
@@ -41,7 +43,7 @@ const (
 // product's and finance's.
 func testKeys(t testing.TB) access.Keys {
 	t.Helper()
-	keys, err := access.Parse([]string{"ops:operate:another_key_onceledger_000000000", apiKey,
+	keys, err := access.Parse([]string{"ops:operate:" + opsKey, apiKey,
 		"product:spend:" + spendKey, "finance:read:" + readKey})
 	if err != nil {
 		t.Fatal(err)
@@ -257,8 +259,14 @@ type consoleServer struct {
 
 func newConsoleServer(t *testing.T) *consoleServer {
 	t.Helper()
-	pool := dbtest.New(t)
-	cfg := config.Config{APIKeys: testKeys(t), WebhookSecrets: []string{webhookSecret}}
+	return newConsoleServerOn(t, dbtest.New(t), config.Config{})
+}
+
+// newConsoleServerOn is newConsoleServer on the database of pool (a replica of another server on it),
+// with cfg's SecureCookies.
+func newConsoleServerOn(t *testing.T, pool *db.Pool, base config.Config) *consoleServer {
+	t.Helper()
+	cfg := config.Config{APIKeys: testKeys(t), WebhookSecrets: []string{webhookSecret}, SecureCookies: base.SecureCookies}
 	// A file: concurrent requests may write to it at once.
 	logFile := filepath.Join(t.TempDir(), "console.log")
 	logs, err := os.Create(logFile)

@@ -4,8 +4,8 @@
 //
 // Pages are html/template with the templates and CSS embedded; they need no JavaScript, and the
 // Content-Security-Policy allows no inline script or style. Logging in takes an API key with the operate
-// (or admin) scope and
-// gives a signed session cookie (session.go); every form carries a CSRF token bound to the session.
+// (or admin) scope and gives a session stored in the database (session.go); every form carries a CSRF
+// token bound to the session, and every action is in the audit trail.
 // Data comes through package db, replays and dry runs through stripeevents, the webhook's own code path.
 package console
 
@@ -15,11 +15,13 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/riverqueue/river"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/access"
+	"github.com/onceledger/onceledger/internal/audit"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
 
@@ -34,6 +36,13 @@ type Deps struct {
 	Log    *slog.Logger
 	// Keys are the API keys; one with the operate (or admin) scope logs in.
 	Keys access.Keys
+	// Trail records every console action, and every refused one, in the audit trail.
+	Trail audit.Recorder
+	// Throttle refuses logins from an address, or with a key prefix, that failed too often.
+	Throttle *access.Throttle
+	// Secure marks the session cookie Secure, and sends HSTS: the console is served over TLS (a proxy
+	// may terminate it).
+	Secure bool
 }
 
 //go:embed templates/*.html
@@ -57,7 +66,7 @@ type Console struct {
 
 // New returns the console; it serves nothing until its handlers are routed.
 func New(d Deps) *Console {
-	return &Console{Deps: d, sessions: newSessions(), pages: parsePages()}
+	return &Console{Deps: d, sessions: sessions{pool: d.Pool, keys: d.Keys, secure: d.Secure}, pages: parsePages()}
 }
 
 // The pages (pages.go), each the handler of one route.
@@ -73,6 +82,7 @@ func (c *Console) Review() http.Handler    { return c.handle(c.review) }
 func (c *Console) Account() http.Handler   { return c.handle(c.account) }
 func (c *Console) Search() http.Handler    { return c.handle(c.search) }
 func (c *Console) Drift() http.Handler     { return c.handle(c.drift) }
+func (c *Console) Audit() http.Handler     { return c.handle(c.audit) }
 
 // Static serves the embedded stylesheet, routed under /console/static/ (embedded as static/).
 func (c *Console) Static() http.Handler {
@@ -92,14 +102,17 @@ func (c *Console) MethodNotAllowed() http.Handler {
 // Session is the middleware of every console response, refusals included: the security headers, the
 // request's session in its context, and the CSRF check of every POST.
 func (c *Console) Session(next http.Handler) http.Handler {
-	return secureHeaders(c.checkCSRF(next))
+	return c.secureHeaders(c.checkCSRF(next))
 }
 
 // secureHeaders applies to every console response: the CSP, no sniffing, no framing, no caching of
-// pages that show money, no referrer leaving the console.
-func secureHeaders(next http.Handler) http.Handler {
+// pages that show money, no referrer leaving the console; HSTS when the console is served over TLS.
+func (c *Console) secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
+		if c.Secure || r.TLS != nil {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		h.Set("Content-Security-Policy", contentSecurityPolicy)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
@@ -113,10 +126,15 @@ func secureHeaders(next http.Handler) http.Handler {
 const maxForm = 16 << 10
 
 // checkCSRF puts the request's session, if any, in its context, and refuses with 403 every POST
-// whose csrf_token is not the one of its session (or that has no session), before any handler runs.
+// whose csrf_token is not the one of its session (or that has no session), before any handler runs;
+// the refusal is in the audit trail.
 func (c *Console) checkCSRF(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sess, ok := c.sessions.read(r)
+		sess, ok, err := c.sessions.read(r)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
 		if ok {
 			r = r.WithContext(withSession(r.Context(), sess))
 		}
@@ -124,11 +142,46 @@ func (c *Console) checkCSRF(next http.Handler) http.Handler {
 			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 			if !ok || !c.sessions.validCSRF(sess, r.PostFormValue("csrf_token")) {
 				c.fail(w, r, errForbidden)
+				c.record(r, sess.keyName, http.StatusForbidden, "invalid_csrf_token")
+				return
+			}
+			if r.URL.Path != "/console/login" { // the login records itself: it knows the key
+				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+				next.ServeHTTP(sw, r)
+				c.record(r, sess.keyName, sw.status, outcome(sw.status))
 				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// statusWriter remembers the status of the answer, for the audit trail.
+type statusWriter struct {
+	http.ResponseWriter
+	status  int
+	written bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if !w.written {
+		w.status, w.written = status, true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+// outcome is a console action's outcome in the audit trail: "ok", or its status in words
+// ("conflict", "service_unavailable").
+func outcome(status int) string {
+	if status < 400 {
+		return "ok"
+	}
+	return strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "_")
+}
+
+// record records a console action (or its refusal) in the audit trail, under the key that logged in.
+func (c *Console) record(r *http.Request, keyName string, status int, outcome string) {
+	c.Trail.Record(r, audit.Of(r, "console ", keyName, status, outcome))
 }
 
 // RequireLogin sends a visitor without a logged-in session to the login page; it runs inside Session,

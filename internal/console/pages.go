@@ -16,6 +16,7 @@ import (
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/access"
+	"github.com/onceledger/onceledger/internal/audit"
 	"github.com/onceledger/onceledger/internal/notify"
 	"github.com/onceledger/onceledger/internal/stripeevents"
 )
@@ -55,7 +56,7 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if !ok {
-		sess = c.sessions.issue(w, r, false)
+		sess = c.sessions.issueAnonymous(w, r)
 		r = r.WithContext(withSession(r.Context(), sess))
 	}
 	c.render(w, r, http.StatusOK, "login", &loginPage{frame: c.frame(r, "Log in")})
@@ -63,28 +64,52 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) error {
 }
 
 // login checks the key against the API keys (checkCSRF has checked the form's token) and replaces
-// the session with a logged-in one. Only an operator's key (operate or admin) logs in: a product's
-// spend key or a finance read key has no business in the console.
+// the session with a logged-in one, stored in the database. Only an operator's key (operate or admin)
+// logs in: a product's spend key or a finance read key has no business in the console. Every attempt
+// is in the audit trail; a failed one is logged with its address too, and counts in the throttle shared
+// with the API's bearer check, which refuses (429) an address or key prefix that failed too often.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) error {
-	key := c.Keys.Match(r.PostFormValue("key"))
+	secret, addr := r.PostFormValue("key"), audit.RemoteHost(r)
+	if wait := c.Throttle.Wait(addr, secret); wait > 0 {
+		seconds := strconv.Itoa(int(wait.Seconds()) + 1)
+		c.Log.WarnContext(r.Context(), "console login refused: too many wrong keys", "remote", addr)
+		c.record(r, "", http.StatusTooManyRequests, "too_many_attempts")
+		w.Header().Set("Retry-After", seconds)
+		c.render(w, r, http.StatusTooManyRequests, "login", &loginPage{frame: c.frame(r, "Log in"),
+			Error: "Too many wrong keys from this address: try again in " + seconds + " s."})
+		return nil
+	}
+	key := c.Keys.Match(secret)
 	if key == nil {
+		c.Throttle.Fail(addr, secret)
+		c.Log.WarnContext(r.Context(), "console login refused: not an API key", "remote", addr)
+		c.record(r, "", http.StatusUnauthorized, "invalid_api_key")
 		c.render(w, r, http.StatusUnauthorized, "login", &loginPage{frame: c.frame(r, "Log in"),
 			Error: "That key is not one of the API keys (ONCELEDGER_API_KEYS)."})
 		return nil
 	}
 	if !key.Scopes.Allows(access.Operate) {
+		c.Log.WarnContext(r.Context(), "console login refused: the key lacks the operate scope", "key", key.Name, "remote", addr)
+		c.record(r, key.Name, http.StatusForbidden, "insufficient_scope")
 		c.render(w, r, http.StatusForbidden, "login", &loginPage{frame: c.frame(r, "Log in"),
 			Error: "That key lacks the operate scope the console needs."})
 		return nil
 	}
-	c.sessions.issue(w, r, true)
-	c.Log.InfoContext(r.Context(), "console login")
+	if err := c.sessions.logIn(r.Context(), w, r, key.Name); err != nil {
+		return err
+	}
+	c.Log.InfoContext(r.Context(), "console login", "key", key.Name, "remote", addr)
+	c.record(r, key.Name, http.StatusSeeOther, "ok")
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 	return nil
 }
 
+// logout revokes the session: a copy of its cookie is refused from then on, on every replica.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) error {
-	c.sessions.end(w, r)
+	sess, _ := sessionOf(r) // RequireLogin found it
+	if err := c.sessions.end(r.Context(), w, r, sess); err != nil {
+		return err
+	}
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 	return nil
 }
@@ -297,13 +322,15 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// review marks a parked event as looked at, so that verify stops reporting it.
+// review marks a parked event as looked at by the logged-in key, so that verify names it instead of
+// reporting the event.
 func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
 	}
-	reviewed, err := db.MarkReviewed(r.Context(), c.Pool, id)
+	sess, _ := sessionOf(r) // RequireLogin found it
+	reviewed, err := db.MarkReviewed(r.Context(), c.Pool, id, sess.keyName)
 	if err != nil {
 		return err
 	}
@@ -471,4 +498,40 @@ func pathSegment(id string) string {
 		return strings.ReplaceAll(id, ".", "%2E")
 	}
 	return url.PathEscape(id)
+}
+
+type auditPage struct {
+	frame
+	Records []db.AuditRecord
+	Next    string // the next (older) page's URL, empty on the last
+}
+
+// auditRecordsPerPage: one screen of the audit trail.
+const auditRecordsPerPage = 100
+
+// audit lists the audit trail, newest first, a page at a time (?before=ID). Like GET /v1/audit, only
+// for an admin key's session: operators act, admins read who did.
+func (c *Console) audit(w http.ResponseWriter, r *http.Request) error {
+	sess, _ := sessionOf(r) // RequireLogin found it
+	if key := c.Keys.Named(sess.keyName); key == nil || !key.Scopes.Allows(access.Admin) {
+		return &pageError{http.StatusForbidden, "The audit trail is for admin keys."}
+	}
+	var before int64
+	if raw := r.URL.Query().Get("before"); raw != "" {
+		var err error
+		if before, err = strconv.ParseInt(raw, 10, 64); err != nil || before < 1 {
+			return &pageError{http.StatusBadRequest, "before must be a record's number"}
+		}
+	}
+	list, err := db.ListAudit(r.Context(), c.Pool, before, auditRecordsPerPage+1)
+	if err != nil {
+		return err
+	}
+	p := &auditPage{frame: c.frame(r, "Audit trail"), Records: list}
+	if len(list) > auditRecordsPerPage {
+		p.Records = list[:auditRecordsPerPage]
+		p.Next = "/console/audit?before=" + strconv.FormatInt(p.Records[auditRecordsPerPage-1].ID, 10)
+	}
+	c.render(w, r, http.StatusOK, "audit", p)
+	return nil
 }

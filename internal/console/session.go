@@ -2,127 +2,123 @@ package console
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
-	"encoding/binary"
 	"net/http"
 	"time"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/internal/access"
 )
 
-// Sessions are stateless: the cookie carries a random session id, its expiry and whether it logged
-// in, signed with HMAC-SHA256 under a secret drawn when the process starts. It is unforgeable without
-// that secret and never holds the API key. A restart draws a new secret and so ends every session.
+// Sessions are kept in the database (console_sessions), so that every replica sharing it knows them: the
+// cookie carries a random token, the table its SHA-256 and the name of the key that logged in. A
+// session ends at logout (revoked: a copy of the cookie is refused from then on, on every replica), after
+// idleTimeout without a request, and sessionTTL after login, whichever comes first.
 //
 // A visitor of the login page gets an anonymous session first, so that the login form carries a CSRF
-// token like every other form; logging in replaces it with a new session (a new id: a session fixed
-// before login is worth nothing after).
+// token like every other form: a token in the cookie that is in no row. Logging in replaces it with a
+// new token (a session fixed before login is worth nothing after). Every form's CSRF token is derived
+// from the session's token (csrfToken), so it needs no secret of the process either.
 
 const (
 	cookieName = "onceledger_console"
 	cookiePath = "/console"
-	// loginTTL bounds an anonymous session (the login form's); sessionTTL a logged-in one.
-	loginTTL   = time.Hour
-	sessionTTL = 8 * time.Hour
+	// loginTTL bounds an anonymous session's cookie (the login form's).
+	loginTTL = time.Hour
+	// sessionTTL is a logged-in session's absolute lifetime; idleTimeout ends it sooner when unused.
+	sessionTTL  = 8 * time.Hour
+	idleTimeout = 30 * time.Minute
+	tokenSize   = 32
 )
 
-// session is what a valid cookie says.
+// session is what a request's cookie says, once checked against the table.
 type session struct {
-	id            [16]byte
-	expires       time.Time
+	token         [tokenSize]byte
 	authenticated bool
+	// keyName is the name of the API key that logged in: who the audit trail names.
+	keyName string
 }
 
-// sessions signs and checks session cookies and their CSRF tokens.
+// sessions issues and checks session cookies and their CSRF tokens.
 type sessions struct {
-	secret [32]byte
-	now    func() time.Time
+	pool *db.Pool
+	// keys are the API keys: a session lasts only while its key is one, with the operate scope.
+	keys access.Keys
+	// secure marks the cookie Secure: over TLS, and whenever the deployment says it is served over TLS
+	// (config.Config.SecureCookies).
+	secure bool
 }
 
-func newSessions() sessions {
-	s := sessions{now: time.Now}
-	rand.Read(s.secret[:]) // never fails (crypto/rand)
-	return s
+func (s sessions) id(sess session) []byte {
+	id := sha256.Sum256(sess.token[:])
+	return id[:]
 }
 
-// payload: id (16 bytes) | expiry, Unix seconds (8) | authenticated (1).
-const payloadSize = 16 + 8 + 1
-
-func (s sessions) mac(purpose string, data []byte) []byte {
-	m := hmac.New(sha256.New, s.secret[:])
-	m.Write([]byte(purpose))
-	m.Write([]byte{0})
-	m.Write(data)
-	return m.Sum(nil)
-}
-
-// issue starts a new session and sets its cookie.
-func (s sessions) issue(w http.ResponseWriter, r *http.Request, authenticated bool) session {
-	sess := session{authenticated: authenticated}
-	rand.Read(sess.id[:])
-	ttl := loginTTL
-	if authenticated {
-		ttl = sessionTTL
-	}
-	sess.expires = s.now().Add(ttl).Truncate(time.Second)
-
-	payload := make([]byte, payloadSize)
-	copy(payload, sess.id[:])
-	binary.BigEndian.PutUint64(payload[16:], uint64(sess.expires.Unix()))
-	if authenticated {
-		payload[24] = 1
-	}
-	value := append(payload, s.mac("session", payload)...)
-	setCookie(w, r, base64.RawURLEncoding.EncodeToString(value), int(ttl.Seconds()))
+// issueAnonymous starts an anonymous session (the login form's) and sets its cookie.
+func (s sessions) issueAnonymous(w http.ResponseWriter, r *http.Request) session {
+	var sess session
+	rand.Read(sess.token[:]) // never fails (crypto/rand)
+	s.setCookie(w, r, base64.RawURLEncoding.EncodeToString(sess.token[:]), int(loginTTL.Seconds()))
 	return sess
 }
 
-// read returns the request's session when its cookie is intact and unexpired.
-func (s sessions) read(r *http.Request) (session, bool) {
-	c, err := r.Cookie(cookieName)
-	if err != nil {
-		return session{}, false
+// logIn starts a logged-in session of keyName, stored before its cookie is set.
+func (s sessions) logIn(ctx context.Context, w http.ResponseWriter, r *http.Request, keyName string) error {
+	sess := session{authenticated: true, keyName: keyName}
+	rand.Read(sess.token[:])
+	if err := db.StartConsoleSession(ctx, s.pool, s.id(sess), keyName, sessionTTL); err != nil {
+		return err
 	}
-	value, err := base64.RawURLEncoding.DecodeString(c.Value)
-	if err != nil || len(value) != payloadSize+sha256.Size {
-		return session{}, false
-	}
-	payload, sig := value[:payloadSize], value[payloadSize:]
-	if !hmac.Equal(sig, s.mac("session", payload)) {
-		return session{}, false
-	}
-	var sess session
-	copy(sess.id[:], payload)
-	sess.expires = time.Unix(int64(binary.BigEndian.Uint64(payload[16:])), 0)
-	sess.authenticated = payload[24] == 1
-	if !s.now().Before(sess.expires) {
-		return session{}, false
-	}
-	return sess, true
+	s.setCookie(w, r, base64.RawURLEncoding.EncodeToString(sess.token[:]), int(sessionTTL.Seconds()))
+	return nil
 }
 
-// csrfToken is the token every form of the session carries: bound to its id, so a token from another
-// session (or none) is refused.
+// read returns the request's session: logged in when its token is a live session's (which it marks
+// seen) of a key still configured with the operate scope, anonymous otherwise; ok is false without a well-formed cookie.
+func (s sessions) read(r *http.Request) (sess session, ok bool, err error) {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}, false, nil
+	}
+	token, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil || len(token) != tokenSize {
+		return session{}, false, nil
+	}
+	copy(sess.token[:], token)
+	sess.keyName, sess.authenticated, err = db.TouchConsoleSession(r.Context(), s.pool, s.id(sess), idleTimeout)
+	if key := s.keys.Named(sess.keyName); key == nil || !key.Scopes.Allows(access.Operate) {
+		sess.authenticated = false // the key was removed, or lost its scope, since it logged in
+	}
+	return sess, true, err
+}
+
+// csrfToken is the token every form of the session carries: a hash of the session's token, so a token
+// from another session (or none) is refused, and the page that shows it reveals no cookie.
 func (s sessions) csrfToken(sess session) string {
-	return base64.RawURLEncoding.EncodeToString(s.mac("csrf", sess.id[:]))
+	sum := sha256.Sum256(append([]byte("csrf\x00"), sess.token[:]...))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 func (s sessions) validCSRF(sess session, token string) bool {
-	got, err := base64.RawURLEncoding.DecodeString(token)
-	return err == nil && hmac.Equal(got, s.mac("csrf", sess.id[:]))
+	return subtle.ConstantTimeCompare([]byte(token), []byte(s.csrfToken(sess))) == 1
 }
 
-// end clears the cookie. The session itself cannot be revoked (nothing is stored): a copy of the
-// cookie stays valid until it expires.
-func (sessions) end(w http.ResponseWriter, r *http.Request) {
-	setCookie(w, r, "", -1)
+// end revokes the session, on every replica, and clears the cookie.
+func (s sessions) end(ctx context.Context, w http.ResponseWriter, r *http.Request, sess session) error {
+	if err := db.RevokeConsoleSession(ctx, s.pool, s.id(sess)); err != nil {
+		return err
+	}
+	s.setCookie(w, r, "", -1)
+	return nil
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+func (s sessions) setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: value, Path: cookiePath, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure || r.TLS != nil,
 	})
 }
 

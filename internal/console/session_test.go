@@ -94,7 +94,7 @@ func wantStatus(t *testing.T, resp *http.Response, status int, location string) 
 }
 
 // The session and CSRF rules, request by request: every page is behind a login; the session cookie
-// is HttpOnly, SameSite=Strict, scoped to /console and signed (a changed byte is no session); it
+// is HttpOnly, SameSite=Strict, scoped to /console and a random token (a changed byte is no session); it
 // never holds the key; a POST without the session's token is a 403 that changes nothing, the login's
 // included; every answer carries the Content-Security-Policy.
 func TestConsoleSessionsAndCSRF(t *testing.T) {

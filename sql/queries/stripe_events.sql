@@ -84,6 +84,18 @@ WHERE outcome = 'parked'
   AND received_at < @cutoff
 ORDER BY seq;
 
+-- name: StripeEventsParkedReviewed :many
+-- Parked events received before cutoff that verify does not report because someone reviewed them:
+-- verify names who, so that the silencing is never anonymous. Events reviewed before reviewers were
+-- named have reviewed_by NULL.
+SELECT event_id, type, parked_reason::text AS parked_reason, received_at, reviewed_at::timestamptz AS reviewed_at,
+       coalesce(reviewed_by, '')::text AS reviewed_by
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND reviewed_at IS NOT NULL
+  AND received_at < @cutoff
+ORDER BY seq;
+
 -- name: StripeEventsLock :one
 -- Locks the stored event until the transaction ends, so that a replay and the un-parking of the same
 -- event never re-apply it at once. Returns no row when the event was never received.
@@ -109,9 +121,10 @@ FROM (SELECT DISTINCT payment_intent FROM unnest(@payment_intents::text[]) AS p 
 -- name: StripeEventsMarkReviewed :execrows
 -- Records that an operator looked at a parked event, so that verify stops reporting it as left
 -- unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
--- when the event was never received or is not parked.
+-- when the event was never received or is not parked. reviewed_by names who looked.
 UPDATE stripe_events
-SET reviewed_at = now()
+SET reviewed_at = now(),
+    reviewed_by = @reviewed_by::text
 WHERE event_id = @event_id
   AND outcome = 'parked';
 

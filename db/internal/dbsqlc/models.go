@@ -39,6 +39,24 @@ type Account struct {
 	AlertEpisode int64
 }
 
+// Who did what: one row per mutating request, refused request and console action; append-only.
+type AuditLog struct {
+	// The account the request named, '' when none (the distribution column on Citus).
+	AccountID string
+	ID        int64
+	At        time.Time
+	// The name of the API key (ONCELEDGER_API_KEYS) that made the request, '' when none was recognised.
+	KeyName string
+	// The method and route pattern (POST /v1/accounts/{id}/adjustments), or the console action.
+	Action string
+	// The id the request named besides its account (a hold, a lot, an event), '' when none.
+	TargetID string
+	Status   int16
+	// 'ok', or the error code the request was answered with (insufficient_scope, invalid_api_key, ...).
+	Outcome    string
+	RemoteAddr string
+}
+
 // One low-balance episode of an account against one alert threshold: created by the debit that took available below it (balance.low), completed by the credit or release that brought it back (balance.recovered). The key makes a flapping balance send one alert per crossing, never more. Also the outbox of both notifications.
 type BalanceAlert struct {
 	AccountID string
@@ -54,6 +72,19 @@ type BalanceAlert struct {
 	LowEnqueuedAt *time.Time
 	// When balance.recovered was enqueued; NULL after a recovery: still to enqueue.
 	RecoveredEnqueuedAt *time.Time
+}
+
+// Logged-in console sessions: alive while not revoked, not expired and not idle too long.
+type ConsoleSession struct {
+	// SHA-256 of the token the session cookie holds.
+	ID []byte
+	// The name of the API key that logged in: the audit trail's who.
+	KeyName    string
+	CreatedAt  time.Time
+	LastSeenAt time.Time
+	ExpiresAt  time.Time
+	// When a logout ended the session; a copied cookie is refused from then on.
+	RevokedAt *time.Time
 }
 
 // One lot per credit entry: the credit, what is left of it, and where it stands in the draw order. Made and drawn only by the trigger ledger_lots; closed by expiry and void entries.
@@ -254,6 +285,8 @@ type StripeEvent struct {
 	OutcomeAt     time.Time
 	// When an operator last looked at this parked event; verify reports parked events left unreviewed too long.
 	ReviewedAt *time.Time
+	// The key name (or, from the command line, the operator) that last marked this parked event reviewed.
+	ReviewedBy *string
 }
 
 // A top-up order: one Stripe Checkout Session (or one recharge) buying credits for one account. It becomes paid at most once: from pending by a conditional UPDATE ... WHERE status = 'pending', or, for a session the webhook learns of first, by an INSERT of the order already paid, which topups_session_id_key admits once per session. The credit is posted only in the transaction that made the order paid.

@@ -93,10 +93,26 @@ FROM stripe_events
 WHERE event_id = $1
 `
 
+type StripeEventsGetRow struct {
+	EventID       string
+	Seq           int64
+	Type          string
+	APIVersion    string
+	Livemode      bool
+	Created       time.Time
+	Payload       []byte
+	ReceivedAt    time.Time
+	Outcome       string
+	ParkedReason  *string
+	PaymentIntent *string
+	OutcomeAt     time.Time
+	ReviewedAt    *time.Time
+}
+
 // Returns no row when the event was never received.
-func (q *Queries) StripeEventsGet(ctx context.Context, eventID string) (StripeEvent, error) {
+func (q *Queries) StripeEventsGet(ctx context.Context, eventID string) (StripeEventsGetRow, error) {
 	row := q.db.QueryRow(ctx, stripeEventsGet, eventID)
-	var i StripeEvent
+	var i StripeEventsGetRow
 	err := row.Scan(
 		&i.EventID,
 		&i.Seq,
@@ -320,16 +336,22 @@ func (q *Queries) StripeEventsLockPayments(ctx context.Context, paymentIntents [
 
 const stripeEventsMarkReviewed = `-- name: StripeEventsMarkReviewed :execrows
 UPDATE stripe_events
-SET reviewed_at = now()
-WHERE event_id = $1
+SET reviewed_at = now(),
+    reviewed_by = $1::text
+WHERE event_id = $2
   AND outcome = 'parked'
 `
 
+type StripeEventsMarkReviewedParams struct {
+	ReviewedBy string
+	EventID    string
+}
+
 // Records that an operator looked at a parked event, so that verify stops reporting it as left
 // unreviewed; it stays parked until a replay applies it. Touches parked events only: returns 0 rows
-// when the event was never received or is not parked.
-func (q *Queries) StripeEventsMarkReviewed(ctx context.Context, eventID string) (int64, error) {
-	result, err := q.db.Exec(ctx, stripeEventsMarkReviewed, eventID)
+// when the event was never received or is not parked. reviewed_by names who looked.
+func (q *Queries) StripeEventsMarkReviewed(ctx context.Context, arg StripeEventsMarkReviewedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, stripeEventsMarkReviewed, arg.ReviewedBy, arg.EventID)
 	if err != nil {
 		return 0, err
 	}
@@ -550,6 +572,55 @@ func (q *Queries) StripeEventsParkedRefundedForPayment(ctx context.Context, paym
 	for rows.Next() {
 		var i StripeEventsParkedRefundedForPaymentRow
 		if err := rows.Scan(&i.EventID, &i.Payload); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stripeEventsParkedReviewed = `-- name: StripeEventsParkedReviewed :many
+SELECT event_id, type, parked_reason::text AS parked_reason, received_at, reviewed_at::timestamptz AS reviewed_at,
+       coalesce(reviewed_by, '')::text AS reviewed_by
+FROM stripe_events
+WHERE outcome = 'parked'
+  AND reviewed_at IS NOT NULL
+  AND received_at < $1
+ORDER BY seq
+`
+
+type StripeEventsParkedReviewedRow struct {
+	EventID      string
+	Type         string
+	ParkedReason string
+	ReceivedAt   time.Time
+	ReviewedAt   time.Time
+	ReviewedBy   string
+}
+
+// Parked events received before cutoff that verify does not report because someone reviewed them:
+// verify names who, so that the silencing is never anonymous. Events reviewed before reviewers were
+// named have reviewed_by NULL.
+func (q *Queries) StripeEventsParkedReviewed(ctx context.Context, cutoff time.Time) ([]StripeEventsParkedReviewedRow, error) {
+	rows, err := q.db.Query(ctx, stripeEventsParkedReviewed, cutoff)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StripeEventsParkedReviewedRow{}
+	for rows.Next() {
+		var i StripeEventsParkedReviewedRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.Type,
+			&i.ParkedReason,
+			&i.ReceivedAt,
+			&i.ReviewedAt,
+			&i.ReviewedBy,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
