@@ -1,12 +1,16 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/config"
 )
 
 func TestOpenAPIDocumentLoads(t *testing.T) {
@@ -122,5 +126,72 @@ func TestOpenAPIServed(t *testing.T) {
 	got := s.call(http.MethodGet, "/openapi.yaml", nil).want(t, http.StatusOK, "")
 	if string(got.Body) != string(openAPIDocument) {
 		t.Fatal("GET /openapi.yaml does not serve the embedded document")
+	}
+}
+
+// TestOpenAPIScopesMatchRouter: the scope each operation's security names is the one its route asks
+// for. Every guarded operation is called with a key holding that scope alone (let past the guard) and
+// with a key holding every other scope but admin (403 insufficient_scope).
+func TestOpenAPIScopesMatchRouter(t *testing.T) {
+	t.Parallel()
+	doc, err := loadDocument()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := []string{"read", "spend", "credit", "operate", "admin"}
+	secret := func(scope string, alone bool) string {
+		return fmt.Sprintf("%s_%t_onceledger_scope_tests_0000000", scope, alone)
+	}
+	var entries []string
+	for _, scope := range scopes[:4] {
+		var others []string
+		for _, s := range scopes[:4] {
+			if s != scope {
+				others = append(others, s)
+			}
+		}
+		entries = append(entries, "only-"+scope+":"+scope+":"+secret(scope, true),
+			"all-but-"+scope+":"+strings.Join(others, "+")+":"+secret(scope, false))
+	}
+	entries = append(entries, "only-admin:admin:"+secret("admin", true), "all-but-admin:read+spend+credit+operate:"+secret("admin", false))
+	s := newServerWith(t, dbtest.New(t), func(*Deps) {}, func(c *config.Config) { c.APIKeys = testKeys(t, entries...) })
+
+	send := func(method, path, key string) int {
+		req, err := http.NewRequest(method, s.url+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "scope-probe")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	checked := 0
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.Security == nil || len(*op.Security) == 0 {
+				continue
+			}
+			named := (*op.Security)[0]["bearer"]
+			if len(named) != 1 {
+				continue // the webhook's signature
+			}
+			probe := routeVar.ReplaceAllString(path, "scope_probe")
+			if got := send(method, probe, secret(named[0], true)); got == http.StatusForbidden || got == http.StatusUnauthorized {
+				t.Errorf("%s %s documents scope %s, but a key holding it alone is answered %d", method, path, named[0], got)
+			}
+			if got := send(method, probe, secret(named[0], false)); got != http.StatusForbidden {
+				t.Errorf("%s %s documents scope %s, but a key holding every other is answered %d", method, path, named[0], got)
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("%d guarded operations checked", checked)
 	}
 }
