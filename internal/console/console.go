@@ -10,6 +10,7 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"html/template"
@@ -148,7 +149,9 @@ func (c *Console) checkCSRF(next http.Handler) http.Handler {
 			if r.URL.Path != "/console/login" { // the login records itself: it knows the key
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				next.ServeHTTP(sw, r)
-				c.record(r, sess.keyName, sw.status, outcome(sw.status))
+				if !sw.recorded {
+					c.record(r, sess.keyName, sw.status, outcome(sw.status))
+				}
 				return
 			}
 		}
@@ -156,11 +159,25 @@ func (c *Console) checkCSRF(next http.Handler) http.Handler {
 	})
 }
 
-// statusWriter remembers the status of the answer, for the audit trail.
+// statusWriter remembers the status of the answer, for the audit trail; recorded says the action
+// wrote its record itself, in the transaction of its effect (recordedWith).
 type statusWriter struct {
 	http.ResponseWriter
-	status  int
-	written bool
+	status   int
+	written  bool
+	recorded bool
+}
+
+// recordedWith appends the record of the action answered on w, with status and "ok", in tx: the
+// transaction of its effect. The audit middleware then records nothing more.
+func (c *Console) recordedWith(ctx context.Context, tx db.Tx, w http.ResponseWriter, r *http.Request, keyName string, status int) error {
+	if err := db.RecordAudit(ctx, tx, audit.Of(r, "console ", keyName, status, "ok")); err != nil {
+		return err
+	}
+	if sw, ok := w.(*statusWriter); ok {
+		sw.recorded = true
+	}
+	return nil
 }
 
 func (w *statusWriter) WriteHeader(status int) {

@@ -323,14 +323,20 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) error {
 }
 
 // review marks a parked event as looked at by the logged-in key, so that verify names it instead of
-// reporting the event.
+// reporting the event; its audit record is written in the review's transaction.
 func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
 	}
 	sess, _ := sessionOf(r) // RequireLogin found it
-	reviewed, err := db.MarkReviewed(r.Context(), c.Pool, id, sess.keyName)
+	var reviewed bool
+	err = db.InTx(r.Context(), c.Pool, func(tx db.Tx) (err error) {
+		if reviewed, err = db.MarkReviewed(r.Context(), tx, id, sess.keyName); err != nil || !reviewed {
+			return err
+		}
+		return c.recordedWith(r.Context(), tx, w, r, sess.keyName, http.StatusSeeOther)
+	})
 	if err != nil {
 		return err
 	}
