@@ -1,8 +1,13 @@
 package api
 
 import (
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+
+	"github.com/onceledger/onceledger/internal/access"
 )
 
 // TestScopesOnRoutes: each route lets through only a key with its scope (or admin). The product's spend
@@ -55,4 +60,24 @@ func TestScopesOnRoutes(t *testing.T) {
 	s.call(http.MethodGet, "/metrics", nil, "Authorization", "").want(t, http.StatusUnauthorized, "missing_api_key")
 	s.call(http.MethodPost, "/v1/accounts/acct_scope/adjustments", `{"amount":100}`, as(creditAPIKey)...).want(t, http.StatusCreated, "")
 	s.wantMoney("acct_scope", 1070, 3)
+}
+
+// The bearer check of a request let through allocates nothing: the hot routes pay a digest and a compare
+// of scope bits, even once the throttle remembers failures.
+func TestScopeCheckAllocatesNothing(t *testing.T) {
+	keys := testKeys(t, "product:spend:"+spendAPIKey)
+	throttle := access.NewThrottle()
+	throttle.Fail("192.0.2.1", "wrong_key")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := httptest.NewRequest(http.MethodPost, "/v1/accounts/acct_1/holds", nil)
+	r.Header.Set("Authorization", "Bearer "+spendAPIKey)
+	allocs := testing.AllocsPerRun(100, func() {
+		key, err := authenticate(keys, throttle, log, r)
+		if err != nil || !key.Scopes.Allows(access.Spend) {
+			t.Fatalf("refused: %v", err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per check, want 0", allocs)
+	}
 }

@@ -140,7 +140,10 @@ func validName(name string) bool {
 // SHA-256 digests (equal lengths), so neither the position nor the length of a configured secret leaks
 // through timing. The API's bearer check and the console's login both ask it.
 func (k Keys) Match(secret string) *Key {
-	got := sha256.Sum256([]byte(secret))
+	// Copied into a buffer on the stack, not converted: a conversion of more than 32 bytes allocates,
+	// and every request of the hot routes asks.
+	var buf [256]byte
+	got := sha256.Sum256(append(buf[:0], secret...))
 	found := -1
 	for i := range k {
 		if subtle.ConstantTimeCompare(got[:], k[i].digest[:]) == 1 {
