@@ -15,6 +15,8 @@ import (
 	"github.com/onceledger/onceledger/api"
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
+	"github.com/onceledger/onceledger/internal/access"
+	"github.com/onceledger/onceledger/internal/config"
 	"github.com/onceledger/onceledger/internal/metrics"
 )
 
@@ -52,13 +54,19 @@ func TestPostingsAreCountedByKindAndResult(t *testing.T) {
 	}
 }
 
-// /metrics exports request latency by route template, and the pool's statistics.
+// /metrics exports request latency by route template, and the pool's statistics, to a read key.
 func TestMetricsEndpointExportsLatencyAndPool(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	m := metrics.New()
 	m.WatchPool(pool)
-	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Metrics: m}))
+	// Prometheus scrapes with a read key.
+	const scrapeKey = "prometheus_onceledger_metrics_test_0000"
+	keys, err := access.Parse([]string{"prometheus:read:" + scrapeKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.NewHandler(api.Deps{Pool: pool, Metrics: m, Config: config.Config{APIKeys: keys}}))
 	defer srv.Close()
 
 	for range 2 {
@@ -68,7 +76,12 @@ func TestMetricsEndpointExportsLatencyAndPool(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	resp, err := http.Get(srv.URL + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+scrapeKey)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
