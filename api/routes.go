@@ -35,6 +35,7 @@ func routes(d Deps) *mux.Router {
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/statement", apiKey(handleGetStatement(d)))
 	accounts.handle(http.MethodPost, "/v1/accounts/{id}/topups", apiKey(handlePostTopup(d)))
 	accounts.handle(http.MethodPut, "/v1/accounts/{id}/recharge", apiKey(handlePutRecharge(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/recharge", apiKey(handleGetRecharge(d)))
 	accounts.handle(http.MethodPut, "/v1/accounts/{id}/alerts", apiKey(handlePutAlerts(d)))
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", apiKey(handleGetHold(d)))
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/lots", apiKey(handleListLots(d)))

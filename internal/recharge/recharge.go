@@ -7,6 +7,11 @@
 // off-session PaymentIntent with Idempotency-Key recharge:{attempt id}, so a retried job (after a
 // crash, a timeout, a lost answer) gets Stripe's first PaymentIntent back instead of a second charge.
 // No money moves here: only payment_intent.succeeded, through the webhook, credits the order.
+//
+// The failure ladder (SPEC §17): a soft failure schedules the episode's next try (failed attempts
+// carry retry_at, an outbox too); the Sweeper enqueues a RetryArgs job scheduled then, and its work only
+// raises the account's retry number. The database's trigger makes the retry at that commit, under the
+// same budget and cooldown as any attempt, with a new attempt id and so a new Idempotency-Key.
 package recharge
 
 import (
@@ -41,6 +46,18 @@ type Args struct {
 // Kind names the job in river_job.kind.
 func (Args) Kind() string { return "recharge_payment_intent" }
 
+// RetryArgs is the failure ladder's job opening the next try of an episode after the failed try Retry;
+// unique per attempt that failed.
+type RetryArgs struct {
+	AccountID string `json:"account_id" river:"unique"`
+	AttemptID int64  `json:"attempt_id" river:"unique"`
+	Episode   int64  `json:"episode"`
+	Retry     int32  `json:"retry"`
+}
+
+// Kind names the job in river_job.kind.
+func (RetryArgs) Kind() string { return "recharge_retry" }
+
 // IdempotencyKey is Stripe's Idempotency-Key for an attempt's PaymentIntent: one attempt, one payment,
 // however often the job runs.
 func IdempotencyKey(attemptID int64) string { return "recharge:" + strconv.FormatInt(attemptID, 10) }
@@ -58,12 +75,16 @@ func NewCharger(pool *db.Pool, sc *client.API, log *slog.Logger) *Charger {
 	return &Charger{pool: pool, stripe: sc, log: cmp.Or(log, slog.Default())}
 }
 
-// AddWorkers registers, for the process's River client, the worker of the PaymentIntent jobs (c's
-// Charge) on their own queue. River's default backoff (attempt⁴ seconds, 25 attempts) covers a
+// AddWorkers registers, for the process's River client, the workers of the PaymentIntent jobs (c's
+// Charge) and of the failure ladder's retries on their own queue. River's default backoff (attempt⁴ seconds, 25 attempts) covers a
 // Stripe outage of days.
 func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, c *Charger) {
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[Args]) error {
 		return c.Charge(ctx, job.Args.AccountID, job.Args.AttemptID)
+	}))
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[RetryArgs]) error {
+		_, err := db.OpenRetry(ctx, c.pool, job.Args.AccountID, job.Args.Episode, job.Args.Retry)
+		return err
 	}))
 	queues[queue] = river.QueueConfig{MaxWorkers: 4}
 }
@@ -167,6 +188,25 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 			}
 			n += len(params)
 		}
+		retries, err := db.TakeAttemptRetries(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if len(retries) > 0 {
+			params := make([]river.InsertManyParams, len(retries))
+			for i, r := range retries {
+				opts := insertOpts
+				opts.ScheduledAt = r.At
+				params[i] = river.InsertManyParams{
+					Args:       RetryArgs{AccountID: r.AccountID, AttemptID: r.AttemptID, Episode: r.Episode, Retry: r.Retry},
+					InsertOpts: &opts,
+				}
+			}
+			if _, err := s.Jobs.InsertManyTx(ctx, tx, params); err != nil {
+				return fmt.Errorf("enqueue %d recharge retries: %w", len(params), err)
+			}
+			n += len(params)
+		}
 		if s.Notifier == nil {
 			return nil
 		}
@@ -207,7 +247,10 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 		return nil, err
 	}
 	for _, a := range attempts {
-		data := map[string]any{"attempt_id": a.ID, "amount": a.Amount, "payment_intent": a.PaymentIntent, "code": a.FailureCode}
+		data := map[string]any{
+			"attempt_id": a.ID, "amount": a.Amount, "payment_intent": a.PaymentIntent, "code": a.FailureCode,
+			"decline_code": a.DeclineCode, "retry": a.Retry, "retry_at": a.RetryAt,
+		}
 		event := func(typ string) notify.EventArgs {
 			return notify.EventArgs{
 				ID: fmt.Sprintf("ntf_recharge_%d_%s", a.ID, typ), Type: typ, AccountID: a.AccountID,
@@ -222,9 +265,24 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 		case db.AttemptFailed:
 			events = append(events, event(notify.TypeRechargeFailed))
 			if a.DisabledRecharge {
+				data["reason"] = db.RechargeDisabledAfterFailures
+				if a.HardDecline {
+					data["reason"] = db.RechargePaymentMethodRequired
+				}
 				events = append(events, event(notify.TypeRechargeDisabled))
 			}
 		}
+	}
+	blocks, err := db.TakeBlockNotices(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range blocks {
+		events = append(events, notify.EventArgs{
+			ID: fmt.Sprintf("ntf_recharge_blocked_%s_%d_%s", b.AccountID, b.Episode, b.Reason), Type: notify.TypeRechargeBlocked,
+			AccountID: b.AccountID, CreatedAt: b.BlockedAt.UTC(),
+			Data: map[string]any{"episode": b.Episode, "reason": b.Reason, "next_eligible_at": b.NextEligibleAt.UTC()},
+		})
 	}
 	return events, nil
 }

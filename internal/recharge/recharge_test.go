@@ -40,7 +40,7 @@ func lowAccount(t *testing.T, pool *pgxpool.Pool, id string) db.Attempt {
 		t.Fatal(err)
 	}
 	threshold, amount := int64(100), int64(500)
-	if _, err := db.SetRecharge(ctx, pool, id, true, &threshold, &amount); err != nil {
+	if _, err := db.SetRecharge(ctx, pool, id, db.RechargeSettings{Enabled: true, Threshold: &threshold, Amount: &amount}); err != nil {
 		t.Fatal(err)
 	}
 	threshold = 200
@@ -227,7 +227,7 @@ func TestSweeperNotifiesEachOutcomeOnce(t *testing.T) {
 	resolve := func(a db.Attempt, status string) {
 		t.Helper()
 		err := db.InTx(ctx, pool, func(tx db.Tx) error {
-			_, _, err := db.ResolveAttempt(ctx, tx, a, status, "pi_x", "card_declined")
+			_, _, err := db.ResolveAttempt(ctx, tx, a, status, "pi_x", "card_declined", "insufficient_funds")
 			return err
 		})
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 
 const rechargeAttemptsGetByTopup = `-- name: RechargeAttemptsGetByTopup :one
 SELECT account_id, id, episode, topup_id, amount, status, payment_intent, failure_code, disabled_recharge,
-       created_at, resolved_at
+       created_at, resolved_at, retry, decline_code, hard_decline, retry_at
 FROM recharge_attempts
 WHERE account_id = $1
   AND topup_id = $2
@@ -35,6 +35,10 @@ type RechargeAttemptsGetByTopupRow struct {
 	DisabledRecharge bool
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
+	Retry            int32
+	DeclineCode      *string
+	HardDecline      bool
+	RetryAt          *time.Time
 }
 
 // The attempt that owns an order. Returns no row for an order no attempt owns (Checkout).
@@ -53,6 +57,10 @@ func (q *Queries) RechargeAttemptsGetByTopup(ctx context.Context, arg RechargeAt
 		&i.DisabledRecharge,
 		&i.CreatedAt,
 		&i.ResolvedAt,
+		&i.Retry,
+		&i.DeclineCode,
+		&i.HardDecline,
+		&i.RetryAt,
 	)
 	return i, err
 }
@@ -104,7 +112,7 @@ func (q *Queries) RechargeAttemptsGetForCharge(ctx context.Context, arg Recharge
 
 const rechargeAttemptsList = `-- name: RechargeAttemptsList :many
 SELECT account_id, id, episode, topup_id, amount, status, payment_intent, failure_code, disabled_recharge,
-       created_at, resolved_at
+       created_at, resolved_at, retry, decline_code, hard_decline, retry_at
 FROM recharge_attempts
 WHERE account_id = $1
 ORDER BY id DESC
@@ -128,6 +136,10 @@ type RechargeAttemptsListRow struct {
 	DisabledRecharge bool
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
+	Retry            int32
+	DeclineCode      *string
+	HardDecline      bool
+	RetryAt          *time.Time
 }
 
 // An account's attempts, newest first.
@@ -152,6 +164,10 @@ func (q *Queries) RechargeAttemptsList(ctx context.Context, arg RechargeAttempts
 			&i.DisabledRecharge,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Retry,
+			&i.DeclineCode,
+			&i.HardDecline,
+			&i.RetryAt,
 		); err != nil {
 			return nil, err
 		}
@@ -183,35 +199,67 @@ func (q *Queries) RechargeAttemptsMarkDisabled(ctx context.Context, arg Recharge
 
 const rechargeAttemptsResolve = `-- name: RechargeAttemptsResolve :one
 UPDATE recharge_attempts
-SET status = $1, failure_code = $2, resolved_at = now(),
-    payment_intent = coalesce(payment_intent, $3)
-WHERE account_id = $4
-  AND id = $5
+SET status = $1, failure_code = $2, decline_code = $3,
+    resolved_at = now(), payment_intent = coalesce(payment_intent, $4)
+WHERE account_id = $5
+  AND id = $6
   AND status = 'requested'
-RETURNING id
+RETURNING id, hard_decline
 `
 
 type RechargeAttemptsResolveParams struct {
 	Status        string
 	FailureCode   *string
+	DeclineCode   *string
 	PaymentIntent *string
 	AccountID     string
 	ID            int64
 }
 
+type RechargeAttemptsResolveRow struct {
+	ID          int64
+	HardDecline bool
+}
+
 // Resolves a requested attempt, once: only the transaction whose UPDATE finds it requested gets a row
-// (and so counts a failure or sends a notification). Returns no row when it was already resolved.
-func (q *Queries) RechargeAttemptsResolve(ctx context.Context, arg RechargeAttemptsResolveParams) (int64, error) {
+// (and so counts a failure or sends a notification). The schema tells a hard decline from its code
+// (hard_decline). Returns no row when it was already resolved.
+func (q *Queries) RechargeAttemptsResolve(ctx context.Context, arg RechargeAttemptsResolveParams) (RechargeAttemptsResolveRow, error) {
 	row := q.db.QueryRow(ctx, rechargeAttemptsResolve,
 		arg.Status,
 		arg.FailureCode,
+		arg.DeclineCode,
 		arg.PaymentIntent,
 		arg.AccountID,
 		arg.ID,
 	)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
+	var i RechargeAttemptsResolveRow
+	err := row.Scan(&i.ID, &i.HardDecline)
+	return i, err
+}
+
+const rechargeAttemptsScheduleRetry = `-- name: RechargeAttemptsScheduleRetry :exec
+UPDATE recharge_attempts r
+SET retry_at = greatest(
+        now() + CASE r.retry WHEN 0 THEN interval '1 hour' WHEN 1 THEN interval '6 hours' ELSE interval '24 hours' END,
+        a.recharge_next_eligible_at)
+FROM accounts a
+WHERE r.account_id = $1
+  AND r.id = $2
+  AND a.id = r.account_id
+  AND r.retry < 3
+`
+
+type RechargeAttemptsScheduleRetryParams struct {
+	AccountID string
+	ID        int64
+}
+
+// A soft failure that left recharge on: the episode's next try is due after the ladder's backoff for
+// this try (1h, 6h, then 24h), or at the cooldown's end if that is later.
+func (q *Queries) RechargeAttemptsScheduleRetry(ctx context.Context, arg RechargeAttemptsScheduleRetryParams) error {
+	_, err := q.db.Exec(ctx, rechargeAttemptsScheduleRetry, arg.AccountID, arg.ID)
+	return err
 }
 
 const rechargeAttemptsSetPaymentIntent = `-- name: RechargeAttemptsSetPaymentIntent :exec
@@ -288,7 +336,8 @@ FROM (
 WHERE r.account_id = due.account_id
   AND r.id = due.id
   AND r.notice_enqueued_at IS NULL
-RETURNING r.account_id, r.id, r.status, r.amount, r.payment_intent, r.failure_code, r.disabled_recharge, r.resolved_at
+RETURNING r.account_id, r.id, r.status, r.amount, r.payment_intent, r.failure_code, r.disabled_recharge, r.resolved_at,
+          r.decline_code, r.hard_decline, r.retry, r.retry_at
 `
 
 type RechargeAttemptsTakeNoticesRow struct {
@@ -300,6 +349,10 @@ type RechargeAttemptsTakeNoticesRow struct {
 	FailureCode      *string
 	DisabledRecharge bool
 	ResolvedAt       *time.Time
+	DeclineCode      *string
+	HardDecline      bool
+	Retry            int32
+	RetryAt          *time.Time
 }
 
 // Takes the resolved attempts whose notification is still to enqueue, like RechargeAttemptsTakeJobs.
@@ -321,6 +374,61 @@ func (q *Queries) RechargeAttemptsTakeNotices(ctx context.Context, maxRows int32
 			&i.FailureCode,
 			&i.DisabledRecharge,
 			&i.ResolvedAt,
+			&i.DeclineCode,
+			&i.HardDecline,
+			&i.Retry,
+			&i.RetryAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rechargeAttemptsTakeRetries = `-- name: RechargeAttemptsTakeRetries :many
+UPDATE recharge_attempts r
+SET retry_enqueued_at = now()
+FROM (
+    SELECT account_id, id FROM recharge_attempts
+    WHERE retry_at IS NOT NULL AND retry_enqueued_at IS NULL
+    ORDER BY id
+    LIMIT $1
+) due
+WHERE r.account_id = due.account_id
+  AND r.id = due.id
+  AND r.retry_enqueued_at IS NULL
+RETURNING r.account_id, r.id, r.episode, r.retry, r.retry_at::timestamptz AS retry_at
+`
+
+type RechargeAttemptsTakeRetriesRow struct {
+	AccountID string
+	ID        int64
+	Episode   int64
+	Retry     int32
+	RetryAt   time.Time
+}
+
+// Takes the failed attempts whose retry job is still to enqueue, like RechargeAttemptsTakeJobs: the
+// caller enqueues each job scheduled at retry_at in the same transaction.
+func (q *Queries) RechargeAttemptsTakeRetries(ctx context.Context, maxRows int32) ([]RechargeAttemptsTakeRetriesRow, error) {
+	rows, err := q.db.Query(ctx, rechargeAttemptsTakeRetries, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RechargeAttemptsTakeRetriesRow{}
+	for rows.Next() {
+		var i RechargeAttemptsTakeRetriesRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Episode,
+			&i.Retry,
+			&i.RetryAt,
 		); err != nil {
 			return nil, err
 		}
