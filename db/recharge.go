@@ -296,6 +296,10 @@ func SetAttemptPaymentIntent(ctx context.Context, q Conn, accountID string, atte
 	return nil
 }
 
+// retryBackoff is the failure ladder: how long after the failure of try n of an episode its next try
+// is due (SPEC §17).
+var retryBackoff = []time.Duration{time.Hour, 6 * time.Hour, 24 * time.Hour}
+
 // ResolveAttempt moves a requested attempt to status (succeeded, failed, action_required), once:
 // resolved is true only for the call that did. A failure counts toward the three in a row that stop
 // recharge, a hard decline (told by the schema from declineCode) stops it at once and forgets the card,
@@ -327,7 +331,10 @@ func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent
 			return false, false, fmt.Errorf("count failure of %s: %w", a.AccountID, MapError(err))
 		}
 		if f.RechargeEnabled {
-			err = q.RechargeAttemptsScheduleRetry(ctx, dbsqlc.RechargeAttemptsScheduleRetryParams{AccountID: a.AccountID, ID: a.ID})
+			backoff := retryBackoff[min(int(r.Retry), len(retryBackoff)-1)]
+			err = q.RechargeAttemptsScheduleRetry(ctx, dbsqlc.RechargeAttemptsScheduleRetryParams{
+				AccountID: a.AccountID, ID: a.ID, Backoff: pgtype.Interval{Microseconds: backoff.Microseconds(), Valid: true},
+			})
 		} else {
 			disabled = true
 			err = q.RechargeAttemptsMarkDisabled(ctx, dbsqlc.RechargeAttemptsMarkDisabledParams{AccountID: a.AccountID, ID: a.ID})

@@ -266,7 +266,7 @@ func TestSoftDeclinesClimbTheLadderWithinTheBudget(t *testing.T) {
 		t.Fatalf("after the budget: %+v, want budget_exhausted until the next window", s)
 	}
 	// The next window: the window's row moved back a month, then the next debit makes the third try.
-	if _, err := pool.Exec(ctx, `UPDATE recharge_windows SET window_start = window_start - interval '1 month' WHERE account_id = $1`, account); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE recharge_windows SET window_start = date_trunc('month', now(), 'UTC') - interval '1 month' WHERE account_id = $1`, account); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE recharge_blocks SET next_eligible_at = now() - interval '1 second' WHERE account_id = $1`, account); err != nil {
@@ -360,8 +360,8 @@ func TestCooldownBlocksUntilNextEligible(t *testing.T) {
 		account).Scan(&blocks); err != nil || blocks != 1 {
 		t.Fatalf("%d cooling_down blocks, want 1: %v", blocks, err)
 	}
-	// The cooldown over (the account's clock moved back an hour): the next debit makes the attempt.
-	if _, err := pool.Exec(ctx, `UPDATE accounts SET recharge_next_eligible_at = recharge_next_eligible_at - interval '1 hour' WHERE id = $1`, account); err != nil {
+	// The cooldown over (its end moved back to now): the next debit makes the attempt.
+	if _, err := pool.Exec(ctx, `UPDATE accounts SET recharge_next_eligible_at = now() WHERE id = $1`, account); err != nil {
 		t.Fatal(err)
 	}
 	post(t, pool, account, "spend:2", -1)

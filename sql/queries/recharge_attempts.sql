@@ -66,15 +66,14 @@ SET status = @status, failure_code = sqlc.narg(failure_code), decline_code = sql
 WHERE account_id = @account_id
   AND id = @id
   AND status = 'requested'
-RETURNING id, hard_decline;
+RETURNING id, retry, hard_decline;
 
 -- name: RechargeAttemptsScheduleRetry :exec
 -- A soft failure that left recharge on: the episode's next try is due after the ladder's backoff for
--- this try (1h, 6h, then 24h), or at the cooldown's end if that is later.
+-- this try, or at the cooldown's end if that is later. (The due time is computed before it meets a
+-- column, so that Citus evaluates now() once.)
 UPDATE recharge_attempts r
-SET retry_at = greatest(
-        now() + CASE r.retry WHEN 0 THEN interval '1 hour' WHEN 1 THEN interval '6 hours' ELSE interval '24 hours' END,
-        a.recharge_next_eligible_at)
+SET retry_at = greatest((SELECT now() + @backoff::interval), a.recharge_next_eligible_at)
 FROM accounts a
 WHERE r.account_id = @account_id
   AND r.id = @id

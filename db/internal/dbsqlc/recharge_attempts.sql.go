@@ -8,6 +8,8 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const rechargeAttemptsGetByTopup = `-- name: RechargeAttemptsGetByTopup :one
@@ -204,7 +206,7 @@ SET status = $1, failure_code = $2, decline_code = $3,
 WHERE account_id = $5
   AND id = $6
   AND status = 'requested'
-RETURNING id, hard_decline
+RETURNING id, retry, hard_decline
 `
 
 type RechargeAttemptsResolveParams struct {
@@ -218,6 +220,7 @@ type RechargeAttemptsResolveParams struct {
 
 type RechargeAttemptsResolveRow struct {
 	ID          int64
+	Retry       int32
 	HardDecline bool
 }
 
@@ -234,31 +237,31 @@ func (q *Queries) RechargeAttemptsResolve(ctx context.Context, arg RechargeAttem
 		arg.ID,
 	)
 	var i RechargeAttemptsResolveRow
-	err := row.Scan(&i.ID, &i.HardDecline)
+	err := row.Scan(&i.ID, &i.Retry, &i.HardDecline)
 	return i, err
 }
 
 const rechargeAttemptsScheduleRetry = `-- name: RechargeAttemptsScheduleRetry :exec
 UPDATE recharge_attempts r
-SET retry_at = greatest(
-        now() + CASE r.retry WHEN 0 THEN interval '1 hour' WHEN 1 THEN interval '6 hours' ELSE interval '24 hours' END,
-        a.recharge_next_eligible_at)
+SET retry_at = greatest((SELECT now() + $1::interval), a.recharge_next_eligible_at)
 FROM accounts a
-WHERE r.account_id = $1
-  AND r.id = $2
+WHERE r.account_id = $2
+  AND r.id = $3
   AND a.id = r.account_id
   AND r.retry < 3
 `
 
 type RechargeAttemptsScheduleRetryParams struct {
+	Backoff   pgtype.Interval
 	AccountID string
 	ID        int64
 }
 
 // A soft failure that left recharge on: the episode's next try is due after the ladder's backoff for
-// this try (1h, 6h, then 24h), or at the cooldown's end if that is later.
+// this try, or at the cooldown's end if that is later. (The due time is computed before it meets a
+// column, so that Citus evaluates now() once.)
 func (q *Queries) RechargeAttemptsScheduleRetry(ctx context.Context, arg RechargeAttemptsScheduleRetryParams) error {
-	_, err := q.db.Exec(ctx, rechargeAttemptsScheduleRetry, arg.AccountID, arg.ID)
+	_, err := q.db.Exec(ctx, rechargeAttemptsScheduleRetry, arg.Backoff, arg.AccountID, arg.ID)
 	return err
 }
 
