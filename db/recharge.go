@@ -407,28 +407,22 @@ func TakeBlockNotices(ctx context.Context, tx Tx) ([]Block, error) {
 	return out, nil
 }
 
-// AttemptRef names one attempt.
-type AttemptRef struct {
-	AccountID string
-	ID        int64
-}
-
 // outboxBatch bounds the rows one sweep takes from an outbox.
 const outboxBatch = 500
 
 // TakeAttemptJobs takes, in tx, the attempts whose PaymentIntent job is still to enqueue: they are
 // marked enqueued (two sweepers never take one), and the caller enqueues their jobs in the same tx, so
 // the jobs and the marks commit together.
-func TakeAttemptJobs(ctx context.Context, tx Tx) ([]AttemptRef, error) {
+func TakeAttemptJobs(ctx context.Context, tx Tx) ([]Attempt, error) {
 	rows, err := dbsqlc.New(tx).RechargeAttemptsTakeJobs(ctx, outboxBatch)
 	if err != nil {
 		return nil, fmt.Errorf("take attempts to enqueue: %w", MapError(err))
 	}
-	refs := make([]AttemptRef, len(rows))
+	out := make([]Attempt, len(rows))
 	for i, r := range rows {
-		refs[i] = AttemptRef(r)
+		out[i] = Attempt{AccountID: r.AccountID, ID: r.ID, Episode: r.Episode, Retry: r.Retry, Amount: r.Amount, CreatedAt: r.CreatedAt}
 	}
-	return refs, nil
+	return out, nil
 }
 
 // TakeAttemptNotices takes, in tx, the resolved attempts whose notification is still to enqueue, like

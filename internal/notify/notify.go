@@ -230,6 +230,7 @@ func (w *worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 const (
 	TypeBalanceLow             = "balance.low"
 	TypeBalanceRecovered       = "balance.recovered"
+	TypeRechargeRequested      = "recharge.requested"
 	TypeRechargeSucceeded      = "recharge.succeeded"
 	TypeRechargeFailed         = "recharge.failed"
 	TypeRechargeDisabled       = "recharge.disabled"

@@ -214,6 +214,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
+		for _, a := range attempts {
+			events = append(events, notify.EventArgs{
+				ID: fmt.Sprintf("ntf_recharge_%d_%s", a.ID, notify.TypeRechargeRequested), Type: notify.TypeRechargeRequested,
+				AccountID: a.AccountID, CreatedAt: a.CreatedAt.UTC(),
+				Data: map[string]any{"attempt_id": a.ID, "amount": a.Amount, "episode": a.Episode, "retry": a.Retry},
+			})
+		}
 		n += len(events)
 		return s.Notifier.EnqueueEvents(ctx, tx, events)
 	})

@@ -140,8 +140,8 @@ func TestSweeperEnqueuesEachOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if counts[0]+counts[1] != 2 {
-		t.Fatalf("sweeps enqueued %v, want 2 together (the attempt's job and balance.low)", counts)
+	if counts[0]+counts[1] != 3 {
+		t.Fatalf("sweeps enqueued %v, want 3 together (the attempt's job, recharge.requested and balance.low)", counts)
 	}
 	if n, err := sweeper.Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("a later sweep enqueued %d, %v", n, err)

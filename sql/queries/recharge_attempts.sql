@@ -1,7 +1,7 @@
 -- name: RechargeAttemptsTakeJobs :many
 -- Takes the attempts whose PaymentIntent job is still to enqueue, oldest first (at most max_rows): marks
--- them enqueued and returns them, in one statement, and the caller enqueues their jobs in the same
--- transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
+-- them enqueued and returns them, in one statement, and the caller enqueues their jobs (and their
+-- recharge.requested) in the same transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
 -- second's UPDATE waits for the first's and then finds it marked. No row is locked before the update
 -- (a cluster locks rows only in single-shard statements).
 UPDATE recharge_attempts r
@@ -12,7 +12,7 @@ FROM (
 WHERE r.account_id = due.account_id
   AND r.id = due.id
   AND r.job_enqueued_at IS NULL
-RETURNING r.account_id, r.id;
+RETURNING r.account_id, r.id, r.episode, r.retry, r.amount, r.created_at;
 
 -- name: RechargeAttemptsTakeNotices :many
 -- Takes the resolved attempts whose notification is still to enqueue, like RechargeAttemptsTakeJobs.

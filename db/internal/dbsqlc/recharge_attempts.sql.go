@@ -294,17 +294,21 @@ FROM (
 WHERE r.account_id = due.account_id
   AND r.id = due.id
   AND r.job_enqueued_at IS NULL
-RETURNING r.account_id, r.id
+RETURNING r.account_id, r.id, r.episode, r.retry, r.amount, r.created_at
 `
 
 type RechargeAttemptsTakeJobsRow struct {
 	AccountID string
 	ID        int64
+	Episode   int64
+	Retry     int32
+	Amount    int64
+	CreatedAt time.Time
 }
 
 // Takes the attempts whose PaymentIntent job is still to enqueue, oldest first (at most max_rows): marks
-// them enqueued and returns them, in one statement, and the caller enqueues their jobs in the same
-// transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
+// them enqueued and returns them, in one statement, and the caller enqueues their jobs (and their
+// recharge.requested) in the same transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
 // second's UPDATE waits for the first's and then finds it marked. No row is locked before the update
 // (a cluster locks rows only in single-shard statements).
 func (q *Queries) RechargeAttemptsTakeJobs(ctx context.Context, maxRows int32) ([]RechargeAttemptsTakeJobsRow, error) {
@@ -316,7 +320,14 @@ func (q *Queries) RechargeAttemptsTakeJobs(ctx context.Context, maxRows int32) (
 	items := []RechargeAttemptsTakeJobsRow{}
 	for rows.Next() {
 		var i RechargeAttemptsTakeJobsRow
-		if err := rows.Scan(&i.AccountID, &i.ID); err != nil {
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Episode,
+			&i.Retry,
+			&i.Amount,
+			&i.CreatedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
