@@ -1,6 +1,8 @@
 -- Back to one attempt per episode: the retries of the ladder and the blocks are dropped with the
 -- columns and tables that describe them (an episode with retries cannot keep its (account_id, episode)
 -- key, so they are deleted first, with the pending orders only they own).
+-- As in the up migration: Citus re-creates a trigger on distributed shards only with this on.
+SET LOCAL citus.enable_unsafe_triggers = on;
 DROP TRIGGER accounts_available_watch ON accounts;
 DROP INDEX recharge_attempts_retry_outbox_idx;
 DELETE FROM recharge_attempts WHERE retry > 0;

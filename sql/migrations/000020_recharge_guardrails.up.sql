@@ -296,6 +296,10 @@ COMMENT ON FUNCTION accounts_available_watch() IS
 
 -- Queued also when the failure ladder's job raises recharge_retry: the retry is made by the same rule,
 -- budget and cooldown as a first attempt. Nothing else lowers it but a new episode, which queues nothing.
+-- On a Citus cluster whose accounts are distributed already, Citus re-creates a trigger on the shards
+-- only with enable_unsafe_triggers on (as the distribute step sets it); plain PostgreSQL keeps the setting
+-- as an unused placeholder, for this transaction only.
+SET LOCAL citus.enable_unsafe_triggers = on;
 DROP TRIGGER accounts_available_watch ON accounts;
 CREATE CONSTRAINT TRIGGER accounts_available_watch
     AFTER UPDATE ON accounts
