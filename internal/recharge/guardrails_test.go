@@ -78,6 +78,16 @@ func attemptsOf(t *testing.T, pool *pgxpool.Pool, account string) []db.Attempt {
 	return attempts
 }
 
+// countOf is the count(*) query answers.
+func countOf(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func statusOf(t *testing.T, pool *pgxpool.Pool, account string) db.RechargeStatus {
 	t.Helper()
 	s, err := db.GetRechargeStatus(context.Background(), pool, account)
@@ -144,7 +154,6 @@ func distinct(t *testing.T, keys []string, want int) {
 // attempts, three PaymentIntents with three keys, and one recharge.blocked per blocked episode.
 func TestBudgetCountHoldsUnderTenThousandRacingDebits(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := dbtest.New(t)
 	const (
 		account  = "acct_budget_race"
@@ -174,10 +183,8 @@ func TestBudgetCountHoldsUnderTenThousandRacingDebits(t *testing.T) {
 	if got := len(attemptsOf(t, pool, account)); got != 3 {
 		t.Fatalf("%d attempts in the window, want 3", got)
 	}
-	var blocks int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM recharge_blocks WHERE account_id = $1 AND reason = 'budget_exhausted'`,
-		account).Scan(&blocks); err != nil || blocks != episodes-3 {
-		t.Fatalf("%d budget_exhausted blocks, want one per blocked episode (%d): %v", blocks, episodes-3, err)
+	if n := countOf(t, pool, `SELECT count(*) FROM recharge_blocks WHERE account_id = $1 AND reason = 'budget_exhausted'`, account); n != episodes-3 {
+		t.Fatalf("%d budget_exhausted blocks, want one per blocked episode (%d)", n, episodes-3)
 	}
 	fake := stripefake.New()
 	t.Cleanup(fake.Close)
@@ -186,10 +193,9 @@ func TestBudgetCountHoldsUnderTenThousandRacingDebits(t *testing.T) {
 	if got := len(fake.PaymentIntents()); got != 3 {
 		t.Fatalf("%d PaymentIntents, want 3", got)
 	}
-	var events int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'account_event_notification' AND args->>'type' = $1`,
-		notify.TypeRechargeBlocked).Scan(&events); err != nil || events != episodes-3 {
-		t.Fatalf("%d recharge.blocked notifications, want %d: %v", events, episodes-3, err)
+	if n := countOf(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'account_event_notification' AND args->>'type' = $1`,
+		notify.TypeRechargeBlocked); n != episodes-3 {
+		t.Fatalf("%d recharge.blocked notifications, want %d", n, episodes-3)
 	}
 	if s := statusOf(t, pool, account); s.Status != db.RechargePendingAttempt || s.WindowAttempts != 3 || s.WindowRechargedAmount != 300 {
 		t.Fatalf("status %+v, want pending_attempt with 3 attempts and 300 asked in the window", s)
@@ -288,10 +294,9 @@ func TestSoftDeclinesClimbTheLadderWithinTheBudget(t *testing.T) {
 	if got := len(attemptsOf(t, pool, account)); got != 3 {
 		t.Fatalf("%d attempts after recharge was disabled", got)
 	}
-	var pending int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM recharge_attempts WHERE account_id = $1 AND retry_at IS NOT NULL AND retry_enqueued_at IS NULL`,
-		account).Scan(&pending); err != nil || pending != 0 {
-		t.Fatalf("%d retries scheduled after the third failure: %v", pending, err)
+	if n := countOf(t, pool, `SELECT count(*) FROM recharge_attempts WHERE account_id = $1 AND retry_at IS NOT NULL AND retry_enqueued_at IS NULL`,
+		account); n != 0 {
+		t.Fatalf("%d retries scheduled after the third failure", n)
 	}
 }
 
@@ -355,10 +360,8 @@ func TestCooldownBlocksUntilNextEligible(t *testing.T) {
 	if s.Status != db.RechargeCoolingDown || s.NextEligibleAt == nil || !s.NextEligibleAt.Equal(want) {
 		t.Fatalf("status %+v, want cooling_down until %s", s, want)
 	}
-	var blocks int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM recharge_blocks WHERE account_id = $1 AND reason = 'cooling_down'`,
-		account).Scan(&blocks); err != nil || blocks != 1 {
-		t.Fatalf("%d cooling_down blocks, want 1: %v", blocks, err)
+	if n := countOf(t, pool, `SELECT count(*) FROM recharge_blocks WHERE account_id = $1 AND reason = 'cooling_down'`, account); n != 1 {
+		t.Fatalf("%d cooling_down blocks, want 1", n)
 	}
 	// The cooldown over (its end moved back to now): the next debit makes the attempt.
 	if _, err := pool.Exec(ctx, `UPDATE accounts SET recharge_next_eligible_at = now() WHERE id = $1`, account); err != nil {

@@ -178,32 +178,26 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		if len(attempts) > 0 {
-			params := make([]river.InsertManyParams, len(attempts))
-			for i, a := range attempts {
-				params[i] = river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &insertOpts}
-			}
-			if _, err := s.Jobs.InsertManyTx(ctx, tx, params); err != nil {
-				return fmt.Errorf("enqueue %d recharge jobs: %w", len(params), err)
-			}
-			n += len(params)
-		}
 		retries, err := db.TakeAttemptRetries(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if len(retries) > 0 {
-			params := make([]river.InsertManyParams, len(retries))
-			for i, r := range retries {
-				opts := insertOpts
-				opts.ScheduledAt = r.At
-				params[i] = river.InsertManyParams{
-					Args:       RetryArgs{AccountID: r.AccountID, AttemptID: r.AttemptID, Episode: r.Episode, Retry: r.Retry},
-					InsertOpts: &opts,
-				}
-			}
+		// The attempts' PaymentIntent jobs, and the ladder's retries scheduled when they are due.
+		var params []river.InsertManyParams
+		for _, a := range attempts {
+			params = append(params, river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &insertOpts})
+		}
+		for _, r := range retries {
+			opts := insertOpts
+			opts.ScheduledAt = r.At
+			params = append(params, river.InsertManyParams{
+				Args:       RetryArgs{AccountID: r.AccountID, AttemptID: r.AttemptID, Episode: r.Episode, Retry: r.Retry},
+				InsertOpts: &opts,
+			})
+		}
+		if len(params) > 0 {
 			if _, err := s.Jobs.InsertManyTx(ctx, tx, params); err != nil {
-				return fmt.Errorf("enqueue %d recharge retries: %w", len(params), err)
+				return fmt.Errorf("enqueue %d recharge jobs: %w", len(params), err)
 			}
 			n += len(params)
 		}
