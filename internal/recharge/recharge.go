@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -76,8 +77,8 @@ func NewCharger(pool *db.Pool, sc *client.API, log *slog.Logger) *Charger {
 }
 
 // AddWorkers registers, for the process's River client, the workers of the PaymentIntent jobs (c's
-// Charge) and of the failure ladder's retries on their own queue. River's default backoff (attempt⁴ seconds, 25 attempts) covers a
-// Stripe outage of days.
+// Charge) and of the failure ladder's retries on their own queue. River's default backoff (attempt⁴
+// seconds, 25 attempts) covers a Stripe outage of days.
 func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, c *Charger) {
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[Args]) error {
 		return c.Charge(ctx, job.Args.AccountID, job.Args.AttemptID)
@@ -252,7 +253,7 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 			"attempt_id": a.ID, "amount": a.Amount, "payment_intent": a.PaymentIntent, "code": a.FailureCode,
 			"decline_code": a.DeclineCode, "retry": a.Retry, "retry_at": a.RetryAt,
 		}
-		event := func(typ string) notify.EventArgs {
+		event := func(typ string, data map[string]any) notify.EventArgs {
 			return notify.EventArgs{
 				ID: fmt.Sprintf("ntf_recharge_%d_%s", a.ID, typ), Type: typ, AccountID: a.AccountID,
 				CreatedAt: a.ResolvedAt.UTC(), Data: data,
@@ -260,17 +261,18 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 		}
 		switch a.Status {
 		case db.AttemptSucceeded:
-			events = append(events, event(notify.TypeRechargeSucceeded))
+			events = append(events, event(notify.TypeRechargeSucceeded, data))
 		case db.AttemptActionRequired:
-			events = append(events, event(notify.TypeRechargeActionRequired))
+			events = append(events, event(notify.TypeRechargeActionRequired, data))
 		case db.AttemptFailed:
-			events = append(events, event(notify.TypeRechargeFailed))
+			events = append(events, event(notify.TypeRechargeFailed, data))
 			if a.DisabledRecharge {
-				data["reason"] = db.RechargeDisabledAfterFailures
+				disabled := maps.Clone(data)
+				disabled["reason"] = db.RechargeDisabledAfterFailures
 				if a.HardDecline {
-					data["reason"] = db.RechargePaymentMethodRequired
+					disabled["reason"] = db.RechargePaymentMethodRequired
 				}
-				events = append(events, event(notify.TypeRechargeDisabled))
+				events = append(events, event(notify.TypeRechargeDisabled, disabled))
 			}
 		}
 	}
