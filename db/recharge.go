@@ -96,8 +96,8 @@ func GetAutomation(ctx context.Context, q Conn, accountID string) (Automation, e
 }
 
 // SetRecharge sets auto-recharge. Enabling needs a saved card: ErrPaymentMethodRequired without one
-// (decided on the locked row), ErrNotFound without the account; enabling what was off clears why it
-// stopped and starts a new episode.
+// (decided on the locked row), ErrNotFound without the account. Enabling what the failure ladder
+// stopped clears why and starts a new episode.
 func SetRecharge(ctx context.Context, q Conn, accountID string, s RechargeSettings) (Automation, error) {
 	p := dbsqlc.AccountsSetRechargeParams{
 		ID: accountID, Enabled: s.Enabled, Threshold: s.Threshold, Amount: s.Amount, Mode: s.Mode, Target: s.Target,
