@@ -3,6 +3,7 @@ package recharge_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -406,5 +407,56 @@ func TestTargetModeChargesTheShortfallOnce(t *testing.T) {
 	post(t, pool, small, "usage", -501) // available 499
 	if got := attemptsOf(t, pool, small); len(got) != 1 || got[0].Amount != 50 {
 		t.Fatalf("attempts %+v, want one of Stripe's minimum, 50", got)
+	}
+}
+
+// A refused request (4xx) or a decline that Stripe answers fails the attempt at once, without waiting
+// for a webhook, and the failure ladder tries again under a new key; Stripe's own error (5xx) is
+// retried under the same key, since Stripe may have acted.
+func TestStripeAnswersResolveTheAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	const account = "acct_stripe_answers"
+	guardedAccount(t, pool, account, 1000, db.RechargeSettings{Threshold: ptr[int64](500), Amount: ptr[int64](100)})
+	fake := stripefake.New()
+	t.Cleanup(fake.Close)
+	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
+	post(t, pool, account, "spend", -600)
+	var keys []string
+	for i, status := range []int{http.StatusBadRequest, http.StatusPaymentRequired} {
+		a := attemptsOf(t, pool, account)[0]
+		if a.Retry != int32(i) {
+			t.Fatalf("try %d is %+v", i, a)
+		}
+		keys = append(keys, recharge.IdempotencyKey(a.ID))
+		fake.FailWith(status)
+		if err := charger.Charge(ctx, account, a.ID); err != nil {
+			t.Fatalf("Stripe's %d was not taken as the attempt's answer: %v", status, err)
+		}
+		a = attemptsOf(t, pool, account)[0]
+		if a.Status != db.AttemptFailed || a.RetryAt == nil || a.FailureCode == "" {
+			t.Fatalf("after Stripe's %d: %+v, want failed with a retry scheduled", status, a)
+		}
+		if _, err := db.OpenRetry(ctx, pool, account, a.Episode, a.Retry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := attemptsOf(t, pool, account)[0]
+	keys = append(keys, recharge.IdempotencyKey(a.ID))
+	fake.FailWith(http.StatusInternalServerError)
+	if err := charger.Charge(ctx, account, a.ID); err == nil {
+		t.Fatal("Stripe's 500 was taken as an answer")
+	}
+	if got := attemptsOf(t, pool, account)[0]; got.Status != db.AttemptRequested {
+		t.Fatalf("after Stripe's 500: %+v, want requested (retried under its key)", got)
+	}
+	fake.FailWith(0)
+	if err := charger.Charge(ctx, account, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	distinct(t, keys, 3)
+	if got := fake.PaymentIntentKeys(); len(got) != 1 || got[0] != keys[2] {
+		t.Fatalf("PaymentIntents created under %v, want one under %s", got, keys[2])
 	}
 }

@@ -94,9 +94,12 @@ func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, c *
 var insertOpts = river.InsertOpts{Queue: queue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()}}
 
 // Charge creates the attempt's off-session PaymentIntent (the job's work). A resolved attempt is left
-// alone; a card Stripe declines (402) is not retried: Stripe's payment_intent.payment_failed resolves
-// the attempt through the webhook. Anything else is returned for River to retry, with the same
-// Idempotency-Key.
+// alone. A definite answer resolves the attempt at once, so that it never waits for a webhook that may
+// not come: a decline (402) fails it with the card's decline code, or pauses it when the card needs its
+// customer; a refused request (another 4xx, such as a card no longer there) fails it, and the failure
+// ladder's next attempt, under a new key, tries again. The webhook's event of the same payment then
+// finds the attempt resolved. No answer, or Stripe's own error (5xx: it may have acted), is returned for
+// River to retry with the same key, which gets Stripe's first PaymentIntent back if it did.
 func (c *Charger) Charge(ctx context.Context, accountID string, attemptID int64) error {
 	ch, err := db.AttemptCharge(ctx, c.pool, accountID, attemptID)
 	if errors.Is(err, db.ErrNotFound) {
@@ -118,20 +121,34 @@ func (c *Charger) Charge(ctx context.Context, accountID string, attemptID int64)
 	var se *stripe.Error
 	switch {
 	case errors.As(err, &se) && se.HTTPStatusCode == http.StatusPaymentRequired:
-		// Declined or needing the customer: the PaymentIntent exists, and its webhook event says so.
-		c.log.WarnContext(ctx, "recharge declined", "account", accountID, "attempt", attemptID, "code", string(se.Code))
-		if se.PaymentIntent != nil && se.PaymentIntent.ID != "" {
-			return db.SetAttemptPaymentIntent(ctx, c.pool, accountID, attemptID, se.PaymentIntent.ID)
+		c.log.WarnContext(ctx, "recharge declined", "account", accountID, "attempt", attemptID, "code", string(se.Code),
+			"decline_code", string(se.DeclineCode))
+		status := db.AttemptFailed
+		if se.Code == stripe.ErrorCodeAuthenticationRequired {
+			status = db.AttemptActionRequired
 		}
-		return nil
-	case errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest:
-		// Stripe refuses the request itself (no such customer or card): retrying cannot help.
-		c.log.ErrorContext(ctx, "recharge refused by Stripe", "account", accountID, "attempt", attemptID, "error", err.Error())
-		return river.JobCancel(err)
+		var paymentIntent string
+		if se.PaymentIntent != nil {
+			paymentIntent = se.PaymentIntent.ID
+		}
+		return c.resolve(ctx, ch, status, paymentIntent, cmp.Or(string(se.Code), string(se.Type)), cmp.Or(string(se.DeclineCode), string(se.Code)))
+	case errors.As(err, &se) && se.HTTPStatusCode >= http.StatusBadRequest && se.HTTPStatusCode < http.StatusInternalServerError:
+		c.log.ErrorContext(ctx, "recharge refused by Stripe", "account", accountID, "attempt", attemptID, "status", se.HTTPStatusCode,
+			"error", err.Error())
+		return c.resolve(ctx, ch, db.AttemptFailed, "", cmp.Or(string(se.Code), string(se.Type)), "")
 	case err != nil:
 		return fmt.Errorf("create PaymentIntent of attempt %d: %w", attemptID, err)
 	}
 	return db.SetAttemptPaymentIntent(ctx, c.pool, accountID, attemptID, pi.ID)
+}
+
+// resolve fails or pauses the attempt from Stripe's answer, as its webhook event would.
+func (c *Charger) resolve(ctx context.Context, ch db.Charge, status, paymentIntent, failureCode, declineCode string) error {
+	attempt := db.Attempt{AccountID: ch.AccountID, ID: ch.AttemptID}
+	return db.InTx(ctx, c.pool, func(tx db.Tx) error {
+		_, _, err := db.ResolveAttempt(ctx, tx, attempt, status, paymentIntent, failureCode, declineCode)
+		return err
+	})
 }
 
 // PaymentIntentParams is the off-session PaymentIntent of an attempt (SPEC §13): confirmed at once on
