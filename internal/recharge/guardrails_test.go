@@ -98,6 +98,14 @@ func statusOf(t *testing.T, pool *pgxpool.Pool, account string) db.RechargeStatu
 	return s
 }
 
+// fakeCharger is a Charger calling a stand-in for Stripe, stopped when the test ends.
+func fakeCharger(t *testing.T, pool *pgxpool.Pool) (*stripefake.Server, *recharge.Charger) {
+	t.Helper()
+	fake := stripefake.New()
+	t.Cleanup(fake.Close)
+	return fake, recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
+}
+
 // chargeAll runs the PaymentIntent job of every attempt swept so far, as River would.
 func chargeAll(t *testing.T, pool *pgxpool.Pool, charger *recharge.Charger) {
 	t.Helper()
@@ -187,9 +195,8 @@ func TestBudgetCountHoldsUnderTenThousandRacingDebits(t *testing.T) {
 	if n := countOf(t, pool, `SELECT count(*) FROM recharge_blocks WHERE account_id = $1 AND reason = 'budget_exhausted'`, account); n != episodes-3 {
 		t.Fatalf("%d budget_exhausted blocks, want one per blocked episode (%d)", n, episodes-3)
 	}
-	fake := stripefake.New()
-	t.Cleanup(fake.Close)
-	chargeAll(t, pool, recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet))
+	fake, charger := fakeCharger(t, pool)
+	chargeAll(t, pool, charger)
 	distinct(t, fake.PaymentIntentKeys(), 3)
 	if got := len(fake.PaymentIntents()); got != 3 {
 		t.Fatalf("%d PaymentIntents, want 3", got)
@@ -214,9 +221,7 @@ func TestSoftDeclinesClimbTheLadderWithinTheBudget(t *testing.T) {
 		Threshold: ptr[int64](500), Amount: ptr[int64](100),
 		Budget: &db.RechargeBudget{Count: ptr[int32](2), Period: "month"},
 	})
-	fake := stripefake.New()
-	t.Cleanup(fake.Close)
-	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
+	fake, charger := fakeCharger(t, pool)
 	sweeper := enqueueOnlySweeper(t, pool)
 
 	// retryJob sweeps the failure's retry into River, checks it is scheduled after backoff on the
@@ -392,9 +397,8 @@ func TestTargetModeChargesTheShortfallOnce(t *testing.T) {
 	if len(attempts) != 1 || attempts[0].Amount != 2500 {
 		t.Fatalf("attempts %+v, want one of 2500 (2000 - (-200 - 300))", attempts)
 	}
-	fake := stripefake.New()
-	t.Cleanup(fake.Close)
-	chargeAll(t, pool, recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet))
+	fake, charger := fakeCharger(t, pool)
+	chargeAll(t, pool, charger)
 	if intents := fake.PaymentIntents(); len(intents) != 1 || intents[0].Get("amount") != "2500" {
 		t.Fatalf("PaymentIntents %v, want one of 2500", intents)
 	}
@@ -419,9 +423,7 @@ func TestStripeAnswersResolveTheAttempt(t *testing.T) {
 	pool := dbtest.New(t)
 	const account = "acct_stripe_answers"
 	guardedAccount(t, pool, account, 1000, db.RechargeSettings{Threshold: ptr[int64](500), Amount: ptr[int64](100)})
-	fake := stripefake.New()
-	t.Cleanup(fake.Close)
-	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
+	fake, charger := fakeCharger(t, pool)
 	post(t, pool, account, "spend", -600)
 	var keys []string
 	for i, status := range []int{http.StatusBadRequest, http.StatusPaymentRequired} {

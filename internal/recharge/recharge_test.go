@@ -59,10 +59,8 @@ func TestChargeRetriedCreatesOnePaymentIntent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	fake := stripefake.New()
-	t.Cleanup(fake.Close)
+	fake, charger := fakeCharger(t, pool)
 	a := lowAccount(t, pool, "acct_retry")
-	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
 	fake.LoseAnswers(1)
 	if err := charger.Charge(ctx, a.AccountID, a.ID); err == nil {
 		t.Fatal("a lost answer was taken for success")
