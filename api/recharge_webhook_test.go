@@ -25,7 +25,7 @@ func (s *webhookServer) rechargeAccount(id string, balance int64) {
 		s.t.Fatal(err)
 	}
 	threshold, amount := int64(100), int64(500)
-	if _, err := db.SetRecharge(ctx, s.pool, id, true, &threshold, &amount); err != nil {
+	if _, err := db.SetRecharge(ctx, s.pool, id, db.RechargeSettings{Enabled: true, Threshold: &threshold, Amount: &amount}); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -258,5 +258,27 @@ func TestCheckoutSavesTheCardBeforeItsPaymentEvent(t *testing.T) {
 	}
 	if got := s.automation("acct_down"); got.StripeCustomer != "cus_down" || got.PaymentMethod != "" {
 		t.Fatalf("saved %q / %q with Stripe down", got.StripeCustomer, got.PaymentMethod)
+	}
+}
+
+// A hard decline told by the webhook (expired_card) forgets the card and stops recharge at the first
+// failure; GET …/recharge says payment_method_required and lists the attempt with its decline code.
+func TestRechargeHardDeclineStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newWebhookServer(t)
+	s.rechargeAccount("acct_expired", 1000)
+	s.debit("acct_expired", "spend", -950)
+	a := s.lastAttempt("acct_expired")
+	s.deliver(paymentIntentEvent("evt_expired", "payment_intent.payment_failed", "pi_expired", a, "expired_card"))
+	got := s.automation("acct_expired")
+	if got.RechargeEnabled || got.PaymentMethod != "" || got.Stopped != db.RechargePaymentMethodRequired || got.RechargeFailures != 1 {
+		t.Fatalf("after a hard decline: %+v", got)
+	}
+	if last := s.lastAttempt("acct_expired"); !last.HardDecline || last.RetryAt != nil || last.DeclineCode != "expired_card" {
+		t.Fatalf("the declined attempt %+v: hard, no retry", last)
+	}
+	status, err := db.GetRechargeStatus(context.Background(), s.pool, "acct_expired")
+	if err != nil || status.Status != db.RechargePaymentMethodRequired {
+		t.Fatalf("status %+v, %v", status, err)
 	}
 }

@@ -38,6 +38,7 @@ func routes(d Deps) *mux.Router {
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/statement", apiKey(access.Read, handleGetStatement(d)))
 	accounts.handle(http.MethodPost, "/v1/accounts/{id}/topups", apiKey(access.Credit, handlePostTopup(d)))
 	accounts.handle(http.MethodPut, "/v1/accounts/{id}/recharge", apiKey(access.Credit, handlePutRecharge(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/recharge", apiKey(access.Read, handleGetRecharge(d)))
 	accounts.handle(http.MethodPut, "/v1/accounts/{id}/alerts", apiKey(access.Credit, handlePutAlerts(d)))
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", apiKey(access.Read, handleGetHold(d)))
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/lots", apiKey(access.Read, handleListLots(d)))

@@ -101,6 +101,69 @@ func (e LotCategory) Valid() bool {
 	}
 }
 
+// Defines values for RechargeMode.
+const (
+	RechargeModeFixed  RechargeMode = "fixed"
+	RechargeModeTarget RechargeMode = "target"
+)
+
+// Valid indicates whether the value is a known member of the RechargeMode enum.
+func (e RechargeMode) Valid() bool {
+	switch e {
+	case RechargeModeFixed:
+		return true
+	case RechargeModeTarget:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RechargeAttemptStatus.
+const (
+	RechargeAttemptStatusActionRequired RechargeAttemptStatus = "action_required"
+	RechargeAttemptStatusFailed         RechargeAttemptStatus = "failed"
+	RechargeAttemptStatusRequested      RechargeAttemptStatus = "requested"
+	RechargeAttemptStatusSucceeded      RechargeAttemptStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RechargeAttemptStatus enum.
+func (e RechargeAttemptStatus) Valid() bool {
+	switch e {
+	case RechargeAttemptStatusActionRequired:
+		return true
+	case RechargeAttemptStatusFailed:
+		return true
+	case RechargeAttemptStatusRequested:
+		return true
+	case RechargeAttemptStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RechargeBudgetPeriod.
+const (
+	RechargeBudgetPeriodDay   RechargeBudgetPeriod = "day"
+	RechargeBudgetPeriodMonth RechargeBudgetPeriod = "month"
+	RechargeBudgetPeriodWeek  RechargeBudgetPeriod = "week"
+)
+
+// Valid indicates whether the value is a known member of the RechargeBudgetPeriod enum.
+func (e RechargeBudgetPeriod) Valid() bool {
+	switch e {
+	case RechargeBudgetPeriodDay:
+		return true
+	case RechargeBudgetPeriodMonth:
+		return true
+	case RechargeBudgetPeriodWeek:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StripeDriftReason.
 const (
 	StripeDriftReasonAmountDiffers  StripeDriftReason = "amount_differs"
@@ -230,6 +293,60 @@ func (e PostAdjustmentJSONBodyCategory) Valid() bool {
 	case PostAdjustmentJSONBodyCategoryPaid:
 		return true
 	case PostAdjustmentJSONBodyCategoryPromotional:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetRecharge200JSONResponseBodyStatus.
+const (
+	GetRecharge200JSONResponseBodyStatusBudgetExhausted       GetRecharge200JSONResponseBodyStatus = "budget_exhausted"
+	GetRecharge200JSONResponseBodyStatusCoolingDown           GetRecharge200JSONResponseBodyStatus = "cooling_down"
+	GetRecharge200JSONResponseBodyStatusDisabledAfterFailures GetRecharge200JSONResponseBodyStatus = "disabled_after_failures"
+	GetRecharge200JSONResponseBodyStatusOff                   GetRecharge200JSONResponseBodyStatus = "off"
+	GetRecharge200JSONResponseBodyStatusPaymentMethodRequired GetRecharge200JSONResponseBodyStatus = "payment_method_required"
+	GetRecharge200JSONResponseBodyStatusPendingAttempt        GetRecharge200JSONResponseBodyStatus = "pending_attempt"
+	GetRecharge200JSONResponseBodyStatusReady                 GetRecharge200JSONResponseBodyStatus = "ready"
+	GetRecharge200JSONResponseBodyStatusRequiresAction        GetRecharge200JSONResponseBodyStatus = "requires_action"
+)
+
+// Valid indicates whether the value is a known member of the GetRecharge200JSONResponseBodyStatus enum.
+func (e GetRecharge200JSONResponseBodyStatus) Valid() bool {
+	switch e {
+	case GetRecharge200JSONResponseBodyStatusBudgetExhausted:
+		return true
+	case GetRecharge200JSONResponseBodyStatusCoolingDown:
+		return true
+	case GetRecharge200JSONResponseBodyStatusDisabledAfterFailures:
+		return true
+	case GetRecharge200JSONResponseBodyStatusOff:
+		return true
+	case GetRecharge200JSONResponseBodyStatusPaymentMethodRequired:
+		return true
+	case GetRecharge200JSONResponseBodyStatusPendingAttempt:
+		return true
+	case GetRecharge200JSONResponseBodyStatusReady:
+		return true
+	case GetRecharge200JSONResponseBodyStatusRequiresAction:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutRechargeJSONBodyMode.
+const (
+	PutRechargeJSONBodyModeFixed  PutRechargeJSONBodyMode = "fixed"
+	PutRechargeJSONBodyModeTarget PutRechargeJSONBodyMode = "target"
+)
+
+// Valid indicates whether the value is a known member of the PutRechargeJSONBodyMode enum.
+func (e PutRechargeJSONBodyMode) Valid() bool {
+	switch e {
+	case PutRechargeJSONBodyModeFixed:
+		return true
+	case PutRechargeJSONBodyModeTarget:
 		return true
 	default:
 		return false
@@ -481,14 +598,52 @@ type OK struct {
 
 // Recharge Auto-recharge settings (on GET /v1/accounts/{id}).
 type Recharge struct {
-	Amount  *int64 `json:"amount"`
-	Enabled bool   `json:"enabled"`
+	Amount *int64          `json:"amount"`
+	Budget *RechargeBudget `json:"budget"`
+
+	// Cooldown A Go duration.
+	Cooldown string `json:"cooldown"`
+	Enabled  bool   `json:"enabled"`
 
 	// Failures Failed attempts in a row; the third turns recharge off.
-	Failures           int    `json:"failures"`
-	PaymentMethodSaved bool   `json:"payment_method_saved"`
-	Threshold          *int64 `json:"threshold"`
+	Failures           int          `json:"failures"`
+	Mode               RechargeMode `json:"mode"`
+	PaymentMethodSaved bool         `json:"payment_method_saved"`
+	Target             *int64       `json:"target"`
+	Threshold          *int64       `json:"threshold"`
 }
+
+// RechargeMode defines model for Recharge.Mode.
+type RechargeMode string
+
+// RechargeAttempt defines model for RechargeAttempt.
+type RechargeAttempt struct {
+	Amount      int64     `json:"amount"`
+	CreatedAt   time.Time `json:"created_at"`
+	DeclineCode *string   `json:"decline_code"`
+
+	// ID Stripe's Idempotency-Key is recharge:{id}.
+	ID         int64      `json:"id"`
+	ResolvedAt *time.Time `json:"resolved_at"`
+
+	// Retry The try of its episode (0 the first).
+	Retry  int32                 `json:"retry"`
+	Status RechargeAttemptStatus `json:"status"`
+}
+
+// RechargeAttemptStatus defines model for RechargeAttempt.Status.
+type RechargeAttemptStatus string
+
+// RechargeBudget At most `amount` asked, and at most `count` attempts, per calendar window in UTC (the week from Monday).
+type RechargeBudget struct {
+	// Amount At least one recharge.
+	Amount *int64               `json:"amount,omitempty"`
+	Count  *int32               `json:"count,omitempty"`
+	Period RechargeBudgetPeriod `json:"period"`
+}
+
+// RechargeBudgetPeriod defines model for RechargeBudget.Period.
+type RechargeBudgetPeriod string
 
 // StripeDrift A difference between Stripe and the ledger.
 type StripeDrift struct {
@@ -691,12 +846,30 @@ type ListLotsParams struct {
 	All *bool `form:"all,omitempty" json:"all,omitempty"`
 }
 
+// GetRecharge200JSONResponseBodyStatus defines parameters for GetRecharge.
+type GetRecharge200JSONResponseBodyStatus string
+
 // PutRechargeJSONBody defines parameters for PutRecharge.
 type PutRechargeJSONBody struct {
-	Amount    int64 `json:"amount"`
-	Enabled   bool  `json:"enabled"`
-	Threshold int64 `json:"threshold"`
+	Amount int64 `json:"amount"`
+
+	// Budget At most `amount` asked, and at most `count` attempts, per calendar window in UTC (the week from Monday).
+	Budget *RechargeBudget `json:"budget,omitempty"`
+
+	// Cooldown A Go duration from 0s to 720h (default 0s).
+	Cooldown *string `json:"cooldown,omitempty"`
+	Enabled  bool    `json:"enabled"`
+
+	// Mode fixed (default) charges amount; target restores available to target.
+	Mode *PutRechargeJSONBodyMode `json:"mode,omitempty"`
+
+	// Target Target mode only: above threshold.
+	Target    *int64 `json:"target,omitempty"`
+	Threshold int64  `json:"threshold"`
 }
+
+// PutRechargeJSONBodyMode defines parameters for PutRecharge.
+type PutRechargeJSONBodyMode string
 
 // GetStatementParams defines parameters for GetStatement.
 type GetStatementParams struct {
@@ -1019,6 +1192,14 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/accounts/{id}/lots (the `ListLots` operationId).
 	ListLots(ctx context.Context, id AccountID, params *ListLotsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetRecharge Show auto-recharge and why it is (not) charging.
+	//
+	// The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
+	// ends, the current budget window's usage, and the newest ten attempts.
+	//
+	// Corresponds with GET /v1/accounts/{id}/recharge (the `GetRecharge` operationId).
+	GetRecharge(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PutRechargeWithBody Set auto-recharge.
 	//
 	// Opt-in. When a debit leaves available (balance - held) below `threshold`, one attempt per low-balance
@@ -1026,6 +1207,14 @@ type ClientInterface interface {
 	// `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 	// Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 	// the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+	//
+	// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+	// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+	// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+	// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+	// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+	// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+	// charge. Nothing is written when a field is refused.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1039,6 +1228,14 @@ type ClientInterface interface {
 	// `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 	// Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 	// the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+	//
+	// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+	// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+	// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+	// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+	// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+	// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+	// charge. Nothing is written when a field is refused.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1492,6 +1689,24 @@ func (c *Client) ListLots(ctx context.Context, id AccountID, params *ListLotsPar
 	return c.Client.Do(req)
 }
 
+// GetRecharge Show auto-recharge and why it is (not) charging.
+//
+// The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
+// ends, the current budget window's usage, and the newest ten attempts.
+//
+// Corresponds with GET /v1/accounts/{id}/recharge (the `GetRecharge` operationId).
+func (c *Client) GetRecharge(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRechargeRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PutRechargeWithBody Set auto-recharge.
 //
 // Opt-in. When a debit leaves available (balance - held) below `threshold`, one attempt per low-balance
@@ -1499,6 +1714,14 @@ func (c *Client) ListLots(ctx context.Context, id AccountID, params *ListLotsPar
 // `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 // Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 // the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+//
+// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+// charge. Nothing is written when a field is refused.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1522,6 +1745,14 @@ func (c *Client) PutRechargeWithBody(ctx context.Context, id AccountID, contentT
 // `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 // Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 // the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+//
+// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+// charge. Nothing is written when a field is refused.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2355,6 +2586,40 @@ func NewListLotsRequest(server string, id AccountID, params *ListLotsParams) (*h
 	return req, nil
 }
 
+// NewGetRechargeRequest constructs an http.Request for the GetRecharge method
+func NewGetRechargeRequest(server string, id AccountID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/accounts/%s/recharge", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPutRechargeRequest calls the generic PutRecharge builder with application/json body
 func NewPutRechargeRequest(server string, id AccountID, body PutRechargeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3045,6 +3310,16 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/accounts/{id}/lots (the `ListLots` operationId).
 	ListLotsWithResponse(ctx context.Context, id AccountID, params *ListLotsParams, reqEditors ...RequestEditorFn) (*ListLotsResponse, error)
 
+	// GetRechargeWithResponse Show auto-recharge and why it is (not) charging.
+	//
+	// The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
+	// ends, the current budget window's usage, and the newest ten attempts.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/accounts/{id}/recharge (the `GetRecharge` operationId).
+	GetRechargeWithResponse(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*GetRechargeResponse, error)
+
 	// PutRechargeWithBodyWithResponse Set auto-recharge.
 	//
 	// Opt-in. When a debit leaves available (balance - held) below `threshold`, one attempt per low-balance
@@ -3052,6 +3327,14 @@ type ClientWithResponsesInterface interface {
 	// `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 	// Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 	// the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+	//
+	// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+	// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+	// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+	// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+	// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+	// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+	// charge. Nothing is written when a field is refused.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3065,6 +3348,14 @@ type ClientWithResponsesInterface interface {
 	// `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 	// Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 	// the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+	//
+	// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+	// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+	// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+	// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+	// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+	// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+	// charge. Nothing is written when a field is refused.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4401,6 +4692,117 @@ func (r ListLotsResponse) ContentType() string {
 	return ""
 }
 
+// GetRechargeResponse429Headers the declared response headers of an HTTP 429 response for GetRecharge
+type GetRechargeResponse429Headers struct {
+	RetryAfter *int
+}
+
+type GetRechargeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Attempts       []RechargeAttempt `json:"attempts"`
+		NextEligibleAt *time.Time        `json:"next_eligible_at"`
+
+		// Recharge Auto-recharge settings (on GET /v1/accounts/{id}).
+		Recharge Recharge                             `json:"recharge"`
+		Status   GetRecharge200JSONResponseBodyStatus `json:"status"`
+		Window   *struct {
+			Attempts int32 `json:"attempts"`
+
+			// RechargedAmount What the window's attempts asked, charged or declined.
+			RechargedAmount int64     `json:"recharged_amount"`
+			Start           time.Time `json:"start"`
+		} `json:"window"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *AccountNotFound
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRechargeResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRechargeResponse) GetJSON200() *struct {
+	Attempts       []RechargeAttempt `json:"attempts"`
+	NextEligibleAt *time.Time        `json:"next_eligible_at"`
+
+	// Recharge Auto-recharge settings (on GET /v1/accounts/{id}).
+	Recharge Recharge                             `json:"recharge"`
+	Status   GetRecharge200JSONResponseBodyStatus `json:"status"`
+	Window   *struct {
+		Attempts int32 `json:"attempts"`
+
+		// RechargedAmount What the window's attempts asked, charged or declined.
+		RechargedAmount int64     `json:"recharged_amount"`
+		Start           time.Time `json:"start"`
+	} `json:"window"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetRechargeResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetRechargeResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetRechargeResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetRechargeResponse) GetJSON404() *AccountNotFound {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetRechargeResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRechargeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRechargeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRechargeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRechargeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PutRechargeResponse429Headers the declared response headers of an HTTP 429 response for PutRecharge
 type PutRechargeResponse429Headers struct {
 	RetryAfter *int
@@ -5609,6 +6011,22 @@ func (c *ClientWithResponses) ListLotsWithResponse(ctx context.Context, id Accou
 	return ParseListLotsResponse(rsp)
 }
 
+// GetRechargeWithResponse Show auto-recharge and why it is (not) charging.
+//
+// The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
+// ends, the current budget window's usage, and the newest ten attempts.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/accounts/{id}/recharge (the `GetRecharge` operationId).
+func (c *ClientWithResponses) GetRechargeWithResponse(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*GetRechargeResponse, error) {
+	rsp, err := c.GetRecharge(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRechargeResponse(rsp)
+}
+
 // PutRechargeWithBodyWithResponse Set auto-recharge.
 //
 // Opt-in. When a debit leaves available (balance - held) below `threshold`, one attempt per low-balance
@@ -5616,6 +6034,14 @@ func (c *ClientWithResponses) ListLotsWithResponse(ctx context.Context, id Accou
 // `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 // Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 // the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+//
+// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+// charge. Nothing is written when a field is refused.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5635,6 +6061,14 @@ func (c *ClientWithResponses) PutRechargeWithBodyWithResponse(ctx context.Contex
 // `payment_intent.succeeded`. A new episode begins when available is back at the threshold or above.
 // Three failed attempts in a row turn it off (`recharge.disabled`); a card that needs the customer pauses
 // the attempt (`recharge.action_required`). Enabling forgives earlier failures.
+//
+// Guardrails, held by the database in the debit's own transaction: `budget` caps the attempts (`count`)
+// and what they ask (`amount`) per calendar window in UTC; `cooldown` is the least time between two
+// attempts; a blocked attempt is not made and sends one `recharge.blocked` per episode and reason. A soft
+// decline is retried in the episode after 1h, then 6h (a new attempt and Idempotency-Key each, counted
+// against the budget); a hard decline forgets the card (`payment_method_required`). `mode: target`
+// charges what brings available back to `target` (holds and debt included), at least Stripe's minimum
+// charge. Nothing is written when a field is refused.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6878,6 +7312,94 @@ func ParseListLotsResponse(rsp *http.Response) (*ListLotsResponse, error) {
 	switch {
 	case rsp.StatusCode == 429:
 		var headers ListLotsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetRechargeResponse parses an HTTP response from a GetRechargeWithResponse call
+func ParseGetRechargeResponse(rsp *http.Response) (*GetRechargeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRechargeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Attempts       []RechargeAttempt `json:"attempts"`
+			NextEligibleAt *time.Time        `json:"next_eligible_at"`
+
+			// Recharge Auto-recharge settings (on GET /v1/accounts/{id}).
+			Recharge Recharge                             `json:"recharge"`
+			Status   GetRecharge200JSONResponseBodyStatus `json:"status"`
+			Window   *struct {
+				Attempts int32 `json:"attempts"`
+
+				// RechargedAmount What the window's attempts asked, charged or declined.
+				RechargedAmount int64     `json:"recharged_amount"`
+				Start           time.Time `json:"start"`
+			} `json:"window"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest AccountNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetRechargeResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

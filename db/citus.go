@@ -33,6 +33,8 @@ var accountTables = []string{
 	"lot_terms",
 	"recharge_attempts",
 	"balance_alerts",
+	"recharge_windows",
+	"recharge_blocks",
 	"stripe_drift",
 	"audit_log",
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
@@ -24,8 +26,34 @@ const (
 	AttemptActionRequired = "action_required"
 )
 
+// Recharge modes (accounts_recharge_mode_check): fixed buys the amount, target restores available to
+// the target.
+const (
+	RechargeFixed  = "fixed"
+	RechargeTarget = "target"
+)
+
+// RechargeBudget caps what recharge asks of the card per calendar window (day, week or month): at most
+// Amount, and at most Count attempts (nil: no cap of that kind).
+type RechargeBudget struct {
+	Amount *int64
+	Count  *int32
+	Period string
+}
+
+// RechargeSettings are an account's auto-recharge settings (SPEC §13, §17). Threshold and Amount come
+// as a pair or not at all; Mode is RechargeFixed or RechargeTarget (which needs Target).
+type RechargeSettings struct {
+	Enabled           bool
+	Threshold, Amount *int64
+	Budget            *RechargeBudget
+	Cooldown          time.Duration
+	Mode              string
+	Target            *int64
+}
+
 // Automation is an account's saved card, auto-recharge and alert settings. Empty strings and nil
-// pointers mean none.
+// pointers mean none. Stopped is why the failure ladder turned recharge off.
 type Automation struct {
 	StripeCustomer    string
 	PaymentMethod     string
@@ -34,14 +62,25 @@ type Automation struct {
 	RechargeAmount    *int64
 	RechargeFailures  int32
 	LowBalanceAlert   *int64
+	Budget            *RechargeBudget
+	Cooldown          time.Duration
+	Mode              string
+	Target            *int64
+	Stopped           string
 }
 
 func automationFrom(r dbsqlc.AccountsGetAutomationRow) Automation {
-	return Automation{
+	a := Automation{
 		StripeCustomer: deref(r.StripeCustomer), PaymentMethod: deref(r.PaymentMethod),
 		RechargeEnabled: r.RechargeEnabled, RechargeThreshold: r.RechargeThreshold, RechargeAmount: r.RechargeAmount,
 		RechargeFailures: r.RechargeFailures, LowBalanceAlert: r.LowBalanceAlert,
+		Cooldown: time.Duration(r.RechargeCooldown.Microseconds) * time.Microsecond, Mode: r.RechargeMode,
+		Target: r.RechargeTarget, Stopped: deref(r.RechargeStopped),
 	}
+	if r.RechargeBudgetPeriod != nil {
+		a.Budget = &RechargeBudget{Amount: r.RechargeBudgetAmount, Count: r.RechargeBudgetCount, Period: *r.RechargeBudgetPeriod}
+	}
+	return a
 }
 
 // GetAutomation returns the account's settings, or ErrNotFound.
@@ -56,12 +95,21 @@ func GetAutomation(ctx context.Context, q Conn, accountID string) (Automation, e
 	return automationFrom(r), nil
 }
 
-// SetRecharge sets auto-recharge (threshold and amount, both or neither). Enabling needs a saved card:
-// ErrPaymentMethodRequired without one (decided on the locked row), ErrNotFound without the account.
-func SetRecharge(ctx context.Context, q Conn, accountID string, enabled bool, threshold, amount *int64) (Automation, error) {
-	r, err := dbsqlc.New(q).AccountsSetRecharge(ctx, dbsqlc.AccountsSetRechargeParams{
-		ID: accountID, Enabled: enabled, Threshold: threshold, Amount: amount,
-	})
+// SetRecharge sets auto-recharge. Enabling needs a saved card: ErrPaymentMethodRequired without one
+// (decided on the locked row), ErrNotFound without the account. Enabling what the failure ladder
+// stopped clears why and starts a new episode.
+func SetRecharge(ctx context.Context, q Conn, accountID string, s RechargeSettings) (Automation, error) {
+	p := dbsqlc.AccountsSetRechargeParams{
+		ID: accountID, Enabled: s.Enabled, Threshold: s.Threshold, Amount: s.Amount, Mode: s.Mode, Target: s.Target,
+		Cooldown: pgtype.Interval{Microseconds: s.Cooldown.Microseconds(), Valid: true},
+	}
+	if p.Mode == "" {
+		p.Mode = RechargeFixed
+	}
+	if s.Budget != nil {
+		p.BudgetAmount, p.BudgetCount, p.BudgetPeriod = s.Budget.Amount, s.Budget.Count, &s.Budget.Period
+	}
+	r, err := dbsqlc.New(q).AccountsSetRecharge(ctx, p)
 	if isNoRows(err) {
 		if _, err := GetAccount(ctx, q, accountID); err != nil {
 			return Automation{}, err
@@ -72,6 +120,52 @@ func SetRecharge(ctx context.Context, q Conn, accountID string, enabled bool, th
 		return Automation{}, fmt.Errorf("set recharge of %s: %w", accountID, MapError(err))
 	}
 	return automationFrom(dbsqlc.AccountsGetAutomationRow(r)), nil
+}
+
+// Recharge statuses (SPEC §17), as AccountsGetRechargeStatus derives them.
+const (
+	RechargeReady                 = "ready"
+	RechargePendingAttempt        = "pending_attempt"
+	RechargeCoolingDown           = "cooling_down"
+	RechargeBudgetExhausted       = "budget_exhausted"
+	RechargeRequiresAction        = "requires_action"
+	RechargeDisabledAfterFailures = "disabled_after_failures"
+	RechargePaymentMethodRequired = "payment_method_required"
+	RechargeOff                   = "off"
+)
+
+// RechargeStatus is where an account's auto-recharge stands now, on the database clock: Status, when
+// a cooling_down or budget_exhausted status ends (NextEligibleAt), and the current budget window's
+// usage (WindowStart nil: no budget).
+type RechargeStatus struct {
+	Status                string
+	NextEligibleAt        *time.Time
+	WindowStart           *time.Time
+	WindowAttempts        int32
+	WindowRechargedAmount int64
+}
+
+// GetRechargeStatus returns the account's recharge status, or ErrNotFound.
+func GetRechargeStatus(ctx context.Context, q Conn, accountID string) (RechargeStatus, error) {
+	r, err := dbsqlc.New(q).AccountsGetRechargeStatus(ctx, accountID)
+	if isNoRows(err) {
+		return RechargeStatus{}, fmt.Errorf("account %s: %w", accountID, ErrNotFound)
+	}
+	if err != nil {
+		return RechargeStatus{}, fmt.Errorf("recharge status of %s: %w", accountID, MapError(err))
+	}
+	return RechargeStatus{
+		Status: r.Status, NextEligibleAt: optionalTime(r.NextEligibleAt), WindowStart: optionalTime(r.WindowStart),
+		WindowAttempts: r.WindowAttempts, WindowRechargedAmount: r.WindowRechargedAmount,
+	}, nil
+}
+
+// optionalTime reads a nullable timestamptz sqlc could not type.
+func optionalTime(v any) *time.Time {
+	if t, ok := v.(time.Time); ok {
+		return &t
+	}
+	return nil
 }
 
 // SetLowBalanceAlert sets the alert threshold (nil: no alerts), or ErrNotFound.
@@ -121,6 +215,12 @@ type Attempt struct {
 	DisabledRecharge bool
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
+	// Retry is the try of its episode (0: the first); DeclineCode the card's decline, HardDecline
+	// whether it stopped recharge for good; RetryAt when the ladder's next try is due.
+	Retry       int32
+	DeclineCode string
+	HardDecline bool
+	RetryAt     *time.Time
 }
 
 func attemptFrom(r dbsqlc.RechargeAttemptsGetByTopupRow) Attempt {
@@ -128,6 +228,7 @@ func attemptFrom(r dbsqlc.RechargeAttemptsGetByTopupRow) Attempt {
 		AccountID: r.AccountID, ID: r.ID, Episode: r.Episode, TopupID: r.TopupID, Amount: r.Amount,
 		Status: r.Status, PaymentIntent: deref(r.PaymentIntent), FailureCode: deref(r.FailureCode),
 		DisabledRecharge: r.DisabledRecharge, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+		Retry: r.Retry, DeclineCode: deref(r.DeclineCode), HardDecline: r.HardDecline, RetryAt: r.RetryAt,
 	}
 }
 
@@ -195,14 +296,20 @@ func SetAttemptPaymentIntent(ctx context.Context, q Conn, accountID string, atte
 	return nil
 }
 
+// retryBackoff is the failure ladder: how long after the failure of try n of an episode its next try
+// is due (SPEC §17).
+var retryBackoff = []time.Duration{time.Hour, 6 * time.Hour, 24 * time.Hour}
+
 // ResolveAttempt moves a requested attempt to status (succeeded, failed, action_required), once:
-// resolved is true only for the call that did. A failure counts toward the three in a row that turn
-// recharge off (disabled reports that this one did); a success ends the run. It must run in a
-// transaction.
-func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent, failureCode string) (resolved, disabled bool, err error) {
+// resolved is true only for the call that did. A failure counts toward the three in a row that stop
+// recharge, a hard decline (told by the schema from declineCode) stops it at once and forgets the card,
+// and a failure that stops nothing schedules the episode's next try (disabled reports that this one
+// stopped it); a success ends the run. It must run in a transaction.
+func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent, failureCode, declineCode string) (resolved, disabled bool, err error) {
 	q := dbsqlc.New(tx)
-	_, err = q.RechargeAttemptsResolve(ctx, dbsqlc.RechargeAttemptsResolveParams{
-		AccountID: a.AccountID, ID: a.ID, Status: status, FailureCode: nullable(failureCode), PaymentIntent: nullable(paymentIntent),
+	r, err := q.RechargeAttemptsResolve(ctx, dbsqlc.RechargeAttemptsResolveParams{
+		AccountID: a.AccountID, ID: a.ID, Status: status, FailureCode: nullable(failureCode),
+		DeclineCode: nullable(declineCode), PaymentIntent: nullable(paymentIntent),
 	})
 	if isNoRows(err) {
 		return false, false, nil
@@ -216,27 +323,88 @@ func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent
 			return false, false, fmt.Errorf("reset failures of %s: %w", a.AccountID, MapError(err))
 		}
 	case AttemptFailed:
-		r, err := q.AccountsRechargeFailed(ctx, a.AccountID)
+		f, err := q.AccountsRechargeFailed(ctx, dbsqlc.AccountsRechargeFailedParams{ID: a.AccountID, Hard: r.HardDecline})
 		if isNoRows(err) {
 			return true, false, nil
 		}
 		if err != nil {
 			return false, false, fmt.Errorf("count failure of %s: %w", a.AccountID, MapError(err))
 		}
-		if !r.RechargeEnabled {
+		if f.RechargeEnabled {
+			backoff := retryBackoff[min(int(r.Retry), len(retryBackoff)-1)]
+			err = q.RechargeAttemptsScheduleRetry(ctx, dbsqlc.RechargeAttemptsScheduleRetryParams{
+				AccountID: a.AccountID, ID: a.ID, Backoff: pgtype.Interval{Microseconds: backoff.Microseconds(), Valid: true},
+			})
+		} else {
 			disabled = true
-			if err := q.RechargeAttemptsMarkDisabled(ctx, dbsqlc.RechargeAttemptsMarkDisabledParams{AccountID: a.AccountID, ID: a.ID}); err != nil {
-				return false, false, fmt.Errorf("mark attempt %d: %w", a.ID, MapError(err))
-			}
+			err = q.RechargeAttemptsMarkDisabled(ctx, dbsqlc.RechargeAttemptsMarkDisabledParams{AccountID: a.AccountID, ID: a.ID})
+		}
+		if err != nil {
+			return false, false, fmt.Errorf("after failure of attempt %d: %w", a.ID, MapError(err))
 		}
 	}
 	return true, disabled, nil
 }
 
-// AttemptRef names one attempt.
-type AttemptRef struct {
+// Retry is the failure ladder's next try of an episode, due At: the attempt that failed, and the
+// episode and try it would open.
+type Retry struct {
 	AccountID string
-	ID        int64
+	AttemptID int64
+	Episode   int64
+	Retry     int32
+	At        time.Time
+}
+
+// TakeAttemptRetries takes, in tx, the failed attempts whose retry job is still to enqueue, like
+// TakeAttemptJobs.
+func TakeAttemptRetries(ctx context.Context, tx Tx) ([]Retry, error) {
+	rows, err := dbsqlc.New(tx).RechargeAttemptsTakeRetries(ctx, outboxBatch)
+	if err != nil {
+		return nil, fmt.Errorf("take attempt retries: %w", MapError(err))
+	}
+	out := make([]Retry, len(rows))
+	for i, r := range rows {
+		out[i] = Retry{AccountID: r.AccountID, AttemptID: r.ID, Episode: r.Episode, Retry: r.Retry, At: r.RetryAt}
+	}
+	return out, nil
+}
+
+// OpenRetry opens the episode's next try after the failed try retry: at commit,
+// accounts_available_watch makes the attempt if available is still below the threshold and the budget
+// and cooldown allow it. opened is false when recharge is off, the episode ended, or the try is open
+// already.
+func OpenRetry(ctx context.Context, q Conn, accountID string, episode int64, retry int32) (opened bool, err error) {
+	n, err := dbsqlc.New(q).AccountsRechargeRetry(ctx, dbsqlc.AccountsRechargeRetryParams{
+		ID: accountID, Episode: episode, Retry: retry,
+	})
+	if err != nil {
+		return false, fmt.Errorf("open retry %d of %s: %w", retry+1, accountID, MapError(err))
+	}
+	return n == 1, nil
+}
+
+// Block is a low-balance episode that got no attempt, and why (cooling_down, budget_exhausted).
+type Block struct {
+	AccountID      string
+	Episode        int64
+	Reason         string
+	BlockedAt      time.Time
+	NextEligibleAt time.Time
+}
+
+// TakeBlockNotices takes, in tx, the blocks whose recharge.blocked is still to enqueue, like
+// TakeAttemptJobs.
+func TakeBlockNotices(ctx context.Context, tx Tx) ([]Block, error) {
+	rows, err := dbsqlc.New(tx).RechargeBlocksTakeNotices(ctx, outboxBatch)
+	if err != nil {
+		return nil, fmt.Errorf("take recharge blocks: %w", MapError(err))
+	}
+	out := make([]Block, len(rows))
+	for i, r := range rows {
+		out[i] = Block(r)
+	}
+	return out, nil
 }
 
 // outboxBatch bounds the rows one sweep takes from an outbox.
@@ -245,16 +413,16 @@ const outboxBatch = 500
 // TakeAttemptJobs takes, in tx, the attempts whose PaymentIntent job is still to enqueue: they are
 // marked enqueued (two sweepers never take one), and the caller enqueues their jobs in the same tx, so
 // the jobs and the marks commit together.
-func TakeAttemptJobs(ctx context.Context, tx Tx) ([]AttemptRef, error) {
+func TakeAttemptJobs(ctx context.Context, tx Tx) ([]Attempt, error) {
 	rows, err := dbsqlc.New(tx).RechargeAttemptsTakeJobs(ctx, outboxBatch)
 	if err != nil {
 		return nil, fmt.Errorf("take attempts to enqueue: %w", MapError(err))
 	}
-	refs := make([]AttemptRef, len(rows))
+	out := make([]Attempt, len(rows))
 	for i, r := range rows {
-		refs[i] = AttemptRef(r)
+		out[i] = Attempt{AccountID: r.AccountID, ID: r.ID, Episode: r.Episode, Retry: r.Retry, Amount: r.Amount, CreatedAt: r.CreatedAt}
 	}
-	return refs, nil
+	return out, nil
 }
 
 // TakeAttemptNotices takes, in tx, the resolved attempts whose notification is still to enqueue, like
@@ -269,6 +437,7 @@ func TakeAttemptNotices(ctx context.Context, tx Tx) ([]Attempt, error) {
 		out[i] = Attempt{
 			AccountID: r.AccountID, ID: r.ID, Status: r.Status, Amount: r.Amount, PaymentIntent: deref(r.PaymentIntent),
 			FailureCode: deref(r.FailureCode), DisabledRecharge: r.DisabledRecharge, ResolvedAt: r.ResolvedAt,
+			DeclineCode: deref(r.DeclineCode), HardDecline: r.HardDecline, Retry: r.Retry, RetryAt: r.RetryAt,
 		}
 	}
 	return out, nil

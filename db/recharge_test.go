@@ -27,7 +27,7 @@ func rechargeable(t *testing.T, pool *pgxpool.Pool, id string, balance, threshol
 	if _, err := db.SetPaymentMethod(ctx, pool, id, "cus_"+id, "pm_"+id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.SetRecharge(ctx, pool, id, true, &threshold, &amount); err != nil {
+	if _, err := db.SetRecharge(ctx, pool, id, db.RechargeSettings{Enabled: true, Threshold: &threshold, Amount: &amount}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -37,12 +37,12 @@ func TestRechargeNeedsASavedCard(t *testing.T) {
 	pool := dbtest.New(t)
 	createAccount(t, pool, "acct_nocard")
 	threshold, amount := int64(100), int64(500)
-	_, err := db.SetRecharge(context.Background(), pool, "acct_nocard", true, &threshold, &amount)
+	_, err := db.SetRecharge(context.Background(), pool, "acct_nocard", db.RechargeSettings{Enabled: true, Threshold: &threshold, Amount: &amount})
 	if !errors.Is(err, db.ErrPaymentMethodRequired) {
 		t.Fatalf("enable without a card: %v, want ErrPaymentMethodRequired", err)
 	}
 	// Saved settings without enabling are fine; a card of another customer is not recorded.
-	if _, err := db.SetRecharge(context.Background(), pool, "acct_nocard", false, &threshold, &amount); err != nil {
+	if _, err := db.SetRecharge(context.Background(), pool, "acct_nocard", db.RechargeSettings{Enabled: false, Threshold: &threshold, Amount: &amount}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.SetStripeCustomer(context.Background(), pool, "acct_nocard", "cus_a"); err != nil {
@@ -51,7 +51,7 @@ func TestRechargeNeedsASavedCard(t *testing.T) {
 	if saved, err := db.SetPaymentMethod(context.Background(), pool, "acct_nocard", "cus_other", "pm_x"); err != nil || saved {
 		t.Fatalf("card of another customer: saved=%v, %v", saved, err)
 	}
-	if _, err := db.SetRecharge(context.Background(), pool, "acct_nocard", true, &threshold, &amount); !errors.Is(err, db.ErrPaymentMethodRequired) {
+	if _, err := db.SetRecharge(context.Background(), pool, "acct_nocard", db.RechargeSettings{Enabled: true, Threshold: &threshold, Amount: &amount}); !errors.Is(err, db.ErrPaymentMethodRequired) {
 		t.Fatalf("enable with a customer but no card: %v", err)
 	}
 }

@@ -31,7 +31,7 @@ func TestServeWorksEveryQueueWithOneClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	threshold, amount := int64(100), int64(500)
-	if _, err := db.SetRecharge(ctx, pool, "acct_jobs", true, &threshold, &amount); err != nil {
+	if _, err := db.SetRecharge(ctx, pool, "acct_jobs", db.RechargeSettings{Enabled: true, Threshold: &threshold, Amount: &amount}); err != nil {
 		t.Fatal(err)
 	}
 	stripeAPI := stripefake.New()

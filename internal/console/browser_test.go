@@ -209,6 +209,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := b.text("#recharge"); got != "on: below 500 available, buys 2,000" {
 		t.Fatalf("the account page shows auto-recharge as %q", got)
 	}
+	if got := b.text("#recharge-status"); got != "ready" {
+		t.Fatalf("the account page shows the recharge status as %q", got)
+	}
 	if got := b.text("#low-balance-alert"); got != "below 1,000 available" {
 		t.Fatalf("the account page shows the low-balance alert as %q", got)
 	}

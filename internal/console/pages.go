@@ -374,16 +374,18 @@ type accountPage struct {
 	// Holds: the holds still held, soonest to expire first; HoldsMore: there are more.
 	Holds     []db.Hold
 	HoldsMore bool
-	// Automation: the saved card, auto-recharge and alert settings.
-	Automation db.Automation
-	Timeline   []db.TimelineEntry
+	// Automation: the saved card, auto-recharge and alert settings; RechargeStatus: why recharge is
+	// (not) charging now, and its budget window.
+	Automation     db.Automation
+	RechargeStatus db.RechargeStatus
+	Timeline       []db.TimelineEntry
 	// Limited: the timeline shows only the newest timelineEntries.
 	Limited bool
 	Chart   chart
 }
 
 // account shows an account's balance, held and available; its open lots in draw order and its holds
-// still held; its auto-recharge and alert settings; its newest entries with the balance after each,
+// still held; its auto-recharge and alert settings and recharge status; its newest entries with the balance after each,
 // and a chart of that balance.
 func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -407,6 +409,9 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	p.HoldsMore = len(p.Holds) > holdsListed
 	p.Holds = p.Holds[:min(len(p.Holds), holdsListed)]
 	if p.Automation, err = db.GetAutomation(ctx, c.Pool, acct.ID); err != nil {
+		return err
+	}
+	if p.RechargeStatus, err = db.GetRechargeStatus(ctx, c.Pool, acct.ID); err != nil {
 		return err
 	}
 	if p.Timeline, err = db.AccountTimeline(ctx, c.Pool, acct.ID, timelineEntries); err != nil {

@@ -225,15 +225,17 @@ func retryWait(base time.Duration, failures int) time.Duration {
 // Timeout bounds one delivery; the request is made with the job's context.
 func (w *worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 
-// Account events (SPEC §13): told to the same receiver, signed the same way, each with its own
+// Account events (SPEC §13, §17): told to the same receiver, signed the same way, each with its own
 // notification id as Idempotency-Key.
 const (
 	TypeBalanceLow             = "balance.low"
 	TypeBalanceRecovered       = "balance.recovered"
+	TypeRechargeRequested      = "recharge.requested"
 	TypeRechargeSucceeded      = "recharge.succeeded"
 	TypeRechargeFailed         = "recharge.failed"
 	TypeRechargeDisabled       = "recharge.disabled"
 	TypeRechargeActionRequired = "recharge.action_required"
+	TypeRechargeBlocked        = "recharge.blocked"
 )
 
 // EventArgs is one account event notification job, fixed when its row is swept from the outbox, so

@@ -7,6 +7,11 @@
 // off-session PaymentIntent with Idempotency-Key recharge:{attempt id}, so a retried job (after a
 // crash, a timeout, a lost answer) gets Stripe's first PaymentIntent back instead of a second charge.
 // No money moves here: only payment_intent.succeeded, through the webhook, credits the order.
+//
+// The failure ladder (SPEC §17): a soft failure schedules the episode's next try (failed attempts
+// carry retry_at, an outbox too); the Sweeper enqueues a RetryArgs job scheduled then, and its work only
+// raises the account's retry number. The database's trigger makes the retry at that commit, under the
+// same budget and cooldown as any attempt, with a new attempt id and so a new Idempotency-Key.
 package recharge
 
 import (
@@ -15,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -41,6 +47,18 @@ type Args struct {
 // Kind names the job in river_job.kind.
 func (Args) Kind() string { return "recharge_payment_intent" }
 
+// RetryArgs is the failure ladder's job opening the next try of an episode after the failed try Retry;
+// unique per attempt that failed.
+type RetryArgs struct {
+	AccountID string `json:"account_id" river:"unique"`
+	AttemptID int64  `json:"attempt_id" river:"unique"`
+	Episode   int64  `json:"episode"`
+	Retry     int32  `json:"retry"`
+}
+
+// Kind names the job in river_job.kind.
+func (RetryArgs) Kind() string { return "recharge_retry" }
+
 // IdempotencyKey is Stripe's Idempotency-Key for an attempt's PaymentIntent: one attempt, one payment,
 // however often the job runs.
 func IdempotencyKey(attemptID int64) string { return "recharge:" + strconv.FormatInt(attemptID, 10) }
@@ -58,12 +76,16 @@ func NewCharger(pool *db.Pool, sc *client.API, log *slog.Logger) *Charger {
 	return &Charger{pool: pool, stripe: sc, log: cmp.Or(log, slog.Default())}
 }
 
-// AddWorkers registers, for the process's River client, the worker of the PaymentIntent jobs (c's
-// Charge) on their own queue. River's default backoff (attempt⁴ seconds, 25 attempts) covers a
-// Stripe outage of days.
+// AddWorkers registers, for the process's River client, the workers of the PaymentIntent jobs (c's
+// Charge) and of the failure ladder's retries on their own queue. River's default backoff (attempt⁴
+// seconds, 25 attempts) covers a Stripe outage of days.
 func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, c *Charger) {
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[Args]) error {
 		return c.Charge(ctx, job.Args.AccountID, job.Args.AttemptID)
+	}))
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[RetryArgs]) error {
+		_, err := db.OpenRetry(ctx, c.pool, job.Args.AccountID, job.Args.Episode, job.Args.Retry)
+		return err
 	}))
 	queues[queue] = river.QueueConfig{MaxWorkers: 4}
 }
@@ -72,9 +94,12 @@ func AddWorkers(workers *river.Workers, queues map[string]river.QueueConfig, c *
 var insertOpts = river.InsertOpts{Queue: queue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()}}
 
 // Charge creates the attempt's off-session PaymentIntent (the job's work). A resolved attempt is left
-// alone; a card Stripe declines (402) is not retried: Stripe's payment_intent.payment_failed resolves
-// the attempt through the webhook. Anything else is returned for River to retry, with the same
-// Idempotency-Key.
+// alone. A definite answer resolves the attempt at once, so that it never waits for a webhook that may
+// not come: a decline (402) fails it with the card's decline code, or pauses it when the card needs its
+// customer; a refused request (another 4xx, such as a card no longer there) fails it, and the failure
+// ladder's next attempt, under a new key, tries again. The webhook's event of the same payment then
+// finds the attempt resolved. No answer, or Stripe's own error (5xx: it may have acted), is returned for
+// River to retry with the same key, which gets Stripe's first PaymentIntent back if it did.
 func (c *Charger) Charge(ctx context.Context, accountID string, attemptID int64) error {
 	ch, err := db.AttemptCharge(ctx, c.pool, accountID, attemptID)
 	if errors.Is(err, db.ErrNotFound) {
@@ -96,20 +121,34 @@ func (c *Charger) Charge(ctx context.Context, accountID string, attemptID int64)
 	var se *stripe.Error
 	switch {
 	case errors.As(err, &se) && se.HTTPStatusCode == http.StatusPaymentRequired:
-		// Declined or needing the customer: the PaymentIntent exists, and its webhook event says so.
-		c.log.WarnContext(ctx, "recharge declined", "account", accountID, "attempt", attemptID, "code", string(se.Code))
-		if se.PaymentIntent != nil && se.PaymentIntent.ID != "" {
-			return db.SetAttemptPaymentIntent(ctx, c.pool, accountID, attemptID, se.PaymentIntent.ID)
+		c.log.WarnContext(ctx, "recharge declined", "account", accountID, "attempt", attemptID, "code", string(se.Code),
+			"decline_code", string(se.DeclineCode))
+		status := db.AttemptFailed
+		if se.Code == stripe.ErrorCodeAuthenticationRequired {
+			status = db.AttemptActionRequired
 		}
-		return nil
-	case errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest:
-		// Stripe refuses the request itself (no such customer or card): retrying cannot help.
-		c.log.ErrorContext(ctx, "recharge refused by Stripe", "account", accountID, "attempt", attemptID, "error", err.Error())
-		return river.JobCancel(err)
+		var paymentIntent string
+		if se.PaymentIntent != nil {
+			paymentIntent = se.PaymentIntent.ID
+		}
+		return c.resolve(ctx, ch, status, paymentIntent, cmp.Or(string(se.Code), string(se.Type)), cmp.Or(string(se.DeclineCode), string(se.Code)))
+	case errors.As(err, &se) && se.HTTPStatusCode >= http.StatusBadRequest && se.HTTPStatusCode < http.StatusInternalServerError:
+		c.log.ErrorContext(ctx, "recharge refused by Stripe", "account", accountID, "attempt", attemptID, "status", se.HTTPStatusCode,
+			"error", err.Error())
+		return c.resolve(ctx, ch, db.AttemptFailed, "", cmp.Or(string(se.Code), string(se.Type)), "")
 	case err != nil:
 		return fmt.Errorf("create PaymentIntent of attempt %d: %w", attemptID, err)
 	}
 	return db.SetAttemptPaymentIntent(ctx, c.pool, accountID, attemptID, pi.ID)
+}
+
+// resolve fails or pauses the attempt from Stripe's answer, as its webhook event would.
+func (c *Charger) resolve(ctx context.Context, ch db.Charge, status, paymentIntent, failureCode, declineCode string) error {
+	attempt := db.Attempt{AccountID: ch.AccountID, ID: ch.AttemptID}
+	return db.InTx(ctx, c.pool, func(tx db.Tx) error {
+		_, _, err := db.ResolveAttempt(ctx, tx, attempt, status, paymentIntent, failureCode, declineCode)
+		return err
+	})
 }
 
 // PaymentIntentParams is the off-session PaymentIntent of an attempt (SPEC §13): confirmed at once on
@@ -157,11 +196,24 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		if len(attempts) > 0 {
-			params := make([]river.InsertManyParams, len(attempts))
-			for i, a := range attempts {
-				params[i] = river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &insertOpts}
-			}
+		retries, err := db.TakeAttemptRetries(ctx, tx)
+		if err != nil {
+			return err
+		}
+		// The attempts' PaymentIntent jobs, and the ladder's retries scheduled when they are due.
+		var params []river.InsertManyParams
+		for _, a := range attempts {
+			params = append(params, river.InsertManyParams{Args: Args{AccountID: a.AccountID, AttemptID: a.ID}, InsertOpts: &insertOpts})
+		}
+		for _, r := range retries {
+			opts := insertOpts
+			opts.ScheduledAt = r.At
+			params = append(params, river.InsertManyParams{
+				Args:       RetryArgs{AccountID: r.AccountID, AttemptID: r.AttemptID, Episode: r.Episode, Retry: r.Retry},
+				InsertOpts: &opts,
+			})
+		}
+		if len(params) > 0 {
 			if _, err := s.Jobs.InsertManyTx(ctx, tx, params); err != nil {
 				return fmt.Errorf("enqueue %d recharge jobs: %w", len(params), err)
 			}
@@ -173,6 +225,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		events, err := takeEvents(ctx, tx)
 		if err != nil {
 			return err
+		}
+		for _, a := range attempts {
+			events = append(events, notify.EventArgs{
+				ID: fmt.Sprintf("ntf_recharge_%d_%s", a.ID, notify.TypeRechargeRequested), Type: notify.TypeRechargeRequested,
+				AccountID: a.AccountID, CreatedAt: a.CreatedAt.UTC(),
+				Data: map[string]any{"attempt_id": a.ID, "amount": a.Amount, "episode": a.Episode, "retry": a.Retry},
+			})
 		}
 		n += len(events)
 		return s.Notifier.EnqueueEvents(ctx, tx, events)
@@ -207,8 +266,11 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 		return nil, err
 	}
 	for _, a := range attempts {
-		data := map[string]any{"attempt_id": a.ID, "amount": a.Amount, "payment_intent": a.PaymentIntent, "code": a.FailureCode}
-		event := func(typ string) notify.EventArgs {
+		data := map[string]any{
+			"attempt_id": a.ID, "amount": a.Amount, "payment_intent": a.PaymentIntent, "code": a.FailureCode,
+			"decline_code": a.DeclineCode, "retry": a.Retry, "retry_at": a.RetryAt,
+		}
+		event := func(typ string, data map[string]any) notify.EventArgs {
 			return notify.EventArgs{
 				ID: fmt.Sprintf("ntf_recharge_%d_%s", a.ID, typ), Type: typ, AccountID: a.AccountID,
 				CreatedAt: a.ResolvedAt.UTC(), Data: data,
@@ -216,15 +278,31 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 		}
 		switch a.Status {
 		case db.AttemptSucceeded:
-			events = append(events, event(notify.TypeRechargeSucceeded))
+			events = append(events, event(notify.TypeRechargeSucceeded, data))
 		case db.AttemptActionRequired:
-			events = append(events, event(notify.TypeRechargeActionRequired))
+			events = append(events, event(notify.TypeRechargeActionRequired, data))
 		case db.AttemptFailed:
-			events = append(events, event(notify.TypeRechargeFailed))
+			events = append(events, event(notify.TypeRechargeFailed, data))
 			if a.DisabledRecharge {
-				events = append(events, event(notify.TypeRechargeDisabled))
+				disabled := maps.Clone(data)
+				disabled["reason"] = db.RechargeDisabledAfterFailures
+				if a.HardDecline {
+					disabled["reason"] = db.RechargePaymentMethodRequired
+				}
+				events = append(events, event(notify.TypeRechargeDisabled, disabled))
 			}
 		}
+	}
+	blocks, err := db.TakeBlockNotices(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range blocks {
+		events = append(events, notify.EventArgs{
+			ID: fmt.Sprintf("ntf_recharge_blocked_%s_%d_%s", b.AccountID, b.Episode, b.Reason), Type: notify.TypeRechargeBlocked,
+			AccountID: b.AccountID, CreatedAt: b.BlockedAt.UTC(),
+			Data: map[string]any{"episode": b.Episode, "reason": b.Reason, "next_eligible_at": b.NextEligibleAt.UTC()},
+		})
 	}
 	return events, nil
 }

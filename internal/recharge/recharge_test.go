@@ -25,38 +25,19 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// lowAccount creates an account with a saved card and recharge on (below 100, buy 500), then spends
-// it below the threshold: one attempt, committed.
+// lowAccount creates an account with a saved card and recharge on (below 100, buy 500) and a
+// low-balance alert at 200, then spends it below the threshold: one attempt, committed.
 func lowAccount(t *testing.T, pool *pgxpool.Pool, id string) db.Attempt {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, id, "usd", 1000); err != nil {
+	guardedAccount(t, pool, id, 1000, db.RechargeSettings{Threshold: ptr[int64](100), Amount: ptr[int64](500)})
+	threshold := int64(200)
+	if _, err := db.SetLowBalanceAlert(context.Background(), pool, id, &threshold); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SetStripeCustomer(ctx, pool, id, "cus_"+id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.SetPaymentMethod(ctx, pool, id, "cus_"+id, "pm_"+id); err != nil {
-		t.Fatal(err)
-	}
-	threshold, amount := int64(100), int64(500)
-	if _, err := db.SetRecharge(ctx, pool, id, true, &threshold, &amount); err != nil {
-		t.Fatal(err)
-	}
-	threshold = 200
-	if _, err := db.SetLowBalanceAlert(ctx, pool, id, &threshold); err != nil {
-		t.Fatal(err)
-	}
-	err := db.InTx(ctx, pool, func(tx db.Tx) error {
-		_, err := new(db.Ledger).Post(ctx, tx, db.Posting{AccountID: id, Kind: db.KindUsage, Amount: -950, DedupeKey: "spend:" + id})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	attempts, err := db.Attempts(ctx, pool, id, 10)
-	if err != nil || len(attempts) != 1 {
-		t.Fatalf("attempts: %v, %v", attempts, err)
+	post(t, pool, id, "spend", -950)
+	attempts := attemptsOf(t, pool, id)
+	if len(attempts) != 1 {
+		t.Fatalf("attempts: %v", attempts)
 	}
 	return attempts[0]
 }
@@ -78,10 +59,8 @@ func TestChargeRetriedCreatesOnePaymentIntent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	fake := stripefake.New()
-	t.Cleanup(fake.Close)
+	fake, charger := fakeCharger(t, pool)
 	a := lowAccount(t, pool, "acct_retry")
-	charger := recharge.NewCharger(pool, stripeevents.NewStripeClient(stripefake.SecretKey, fake.URL, nil), quiet)
 	fake.LoseAnswers(1)
 	if err := charger.Charge(ctx, a.AccountID, a.ID); err == nil {
 		t.Fatal("a lost answer was taken for success")
@@ -140,8 +119,8 @@ func TestSweeperEnqueuesEachOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if counts[0]+counts[1] != 2 {
-		t.Fatalf("sweeps enqueued %v, want 2 together (the attempt's job and balance.low)", counts)
+	if counts[0]+counts[1] != 3 {
+		t.Fatalf("sweeps enqueued %v, want 3 together (the attempt's job, recharge.requested and balance.low)", counts)
 	}
 	if n, err := sweeper.Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("a later sweep enqueued %d, %v", n, err)
@@ -227,7 +206,7 @@ func TestSweeperNotifiesEachOutcomeOnce(t *testing.T) {
 	resolve := func(a db.Attempt, status string) {
 		t.Helper()
 		err := db.InTx(ctx, pool, func(tx db.Tx) error {
-			_, _, err := db.ResolveAttempt(ctx, tx, a, status, "pi_x", "card_declined")
+			_, _, err := db.ResolveAttempt(ctx, tx, a, status, "pi_x", "card_declined", "insufficient_funds")
 			return err
 		})
 		if err != nil {

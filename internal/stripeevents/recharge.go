@@ -1,6 +1,7 @@
 package stripeevents
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -28,7 +29,8 @@ type paymentIntentObject struct {
 	SetupFutureUsage string            `json:"setup_future_usage"`
 	Metadata         map[string]string `json:"metadata"`
 	LastPaymentError *struct {
-		Code string `json:"code"`
+		Code        string `json:"code"`
+		DeclineCode string `json:"decline_code"`
 	} `json:"last_payment_error"`
 }
 
@@ -41,6 +43,15 @@ func (pi paymentIntentObject) failureCode() string {
 		return ""
 	}
 	return pi.LastPaymentError.Code
+}
+
+// declineCode is what the card's issuer said (decline_code), or Stripe's code when the issuer said
+// nothing more (expired_card, incorrect_number): what tells a hard decline from a soft one.
+func (pi paymentIntentObject) declineCode() string {
+	if pi.LastPaymentError == nil {
+		return ""
+	}
+	return cmp.Or(pi.LastPaymentError.DeclineCode, pi.LastPaymentError.Code)
 }
 
 // paymentIntentEffects: a PaymentIntent whose metadata names a recharge attempt's order resolves the
@@ -115,7 +126,7 @@ func (p *Processor) rechargePaid(ctx context.Context, tx db.Tx, ev event, order 
 		}
 	}
 	// A payment completed after the attempt paused (the customer authenticated) still pays it.
-	if _, _, err := db.ResolveAttempt(ctx, tx, attempt, db.AttemptSucceeded, pi.ID, ""); err != nil {
+	if _, _, err := db.ResolveAttempt(ctx, tx, attempt, db.AttemptSucceeded, pi.ID, "", ""); err != nil {
 		return outcome{}, err
 	}
 	return out, nil
@@ -123,7 +134,7 @@ func (p *Processor) rechargePaid(ctx context.Context, tx db.Tx, ev event, order 
 
 // resolveAttempt fails or pauses the attempt, once: applied when this event did it.
 func resolveAttempt(ctx context.Context, tx db.Tx, attempt db.Attempt, status string, pi paymentIntentObject) (outcome, error) {
-	resolved, _, err := db.ResolveAttempt(ctx, tx, attempt, status, pi.ID, pi.failureCode())
+	resolved, _, err := db.ResolveAttempt(ctx, tx, attempt, status, pi.ID, pi.failureCode(), pi.declineCode())
 	if err != nil {
 		return outcome{}, err
 	}

@@ -304,15 +304,15 @@ COMMENT ON TRIGGER ledger_lots ON ledger IS
     'On Citus, as on plain PostgreSQL: every entry moves the lots of its account, per statement on each '
     'shard, right after ledger_chain moved the account, in seq order under the account lock.';
 
--- Auto-recharge and alerts (migration 000010): accounts_available_watch is deferred to commit, when it
+-- Auto-recharge and alerts (migrations 000010, 000020): accounts_available_watch is deferred to commit, when it
 -- runs on the accounts shard that the debit moved, before the worker prepares its part of the two-phase
 -- commit. There Citus cannot plan a query on a distributed table (it refuses "a distributed query from a
 -- query on a shard" and the commit fails), so this variant of the same rule names the account's
 -- colocated shards, all on this node, as ledger_chain_advance does. The keys the shards carry
 -- have the shard's suffix in their names, so conflicts are named by their columns
--- (recharge_attempts_episode_key is (account_id, episode), balance_alerts_pkey (account_id, threshold,
--- episode)).
--- mirrors accounts_available_watch of 000010_recharge_and_alerts.up.sql sha256 9a85f820482d9914be7efc5d87120cb1c4c3ac60fa38425e0be1f45dcb24fb49
+-- (recharge_windows_pkey is (account_id, period, window_start), recharge_blocks_pkey (account_id, episode,
+-- reason), balance_alerts_pkey (account_id, threshold, episode)).
+-- mirrors accounts_available_watch of 000020_recharge_guardrails.up.sql sha256 af820d4536c98bbc00ba3c14f5b55dfec302f38d98dae6b74fe97705c38b7100
 CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -323,26 +323,85 @@ DECLARE
     topups_shard   text := shard_name('topups'::regclass, get_shard_id_for_distribution_column('topups', NEW.id));
     alerts_shard   text := shard_name('balance_alerts'::regclass,
                                       get_shard_id_for_distribution_column('balance_alerts', NEW.id));
+    windows_shard  text := shard_name('recharge_windows'::regclass,
+                                      get_shard_id_for_distribution_column('recharge_windows', NEW.id));
+    blocks_shard   text := shard_name('recharge_blocks'::regclass,
+                                      get_shard_id_for_distribution_column('recharge_blocks', NEW.id));
     a accounts;
+    charge bigint;
+    w_start timestamptz;
+    admitted boolean;
+    taken boolean;
+    n bigint;
 BEGIN
-    -- The account as the transaction leaves it (see the plain function in migration 000010).
+    -- The account as the transaction leaves it (see the plain function in migration 000020).
     EXECUTE format('SELECT * FROM %s WHERE id = $1', accounts_shard) INTO a USING NEW.id;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE account_id = $1 AND episode = $2 AND retry = $3)', attempts_shard)
+        INTO taken USING a.id, a.recharge_episode, a.recharge_retry;
 
-    IF a.recharge_enabled AND a.balance - a.held < a.recharge_threshold THEN
-        EXECUTE format('WITH attempt AS ('
-                       '    INSERT INTO %s (account_id, id, episode, topup_id, amount)'
-                       '    SELECT $1, s.id, $2, ''rch_'' || s.id, $3'
-                       '    FROM (SELECT nextval(''recharge_attempts_id_seq'') AS id) s'
-                       '    ON CONFLICT (account_id, episode) DO NOTHING'
-                       '    RETURNING account_id, topup_id, amount'
-                       ') '
-                       'INSERT INTO %s (id, account_id, amount, currency) '
-                       'SELECT topup_id, account_id, amount, $4 FROM attempt', attempts_shard, topups_shard)
-            USING a.id, a.recharge_episode, a.recharge_amount, a.currency;
+    IF a.recharge_enabled AND a.balance - a.held < a.recharge_threshold AND NOT taken THEN
+        charge := CASE a.recharge_mode
+                      WHEN 'fixed' THEN a.recharge_amount
+                      ELSE greatest(a.recharge_target - (a.balance - a.held),
+                                    CASE lower(a.currency)
+                                        WHEN 'gbp' THEN 30 WHEN 'hkd' THEN 400 WHEN 'dkk' THEN 250
+                                        WHEN 'nok' THEN 300 WHEN 'sek' THEN 300 WHEN 'czk' THEN 1500
+                                        WHEN 'huf' THEN 17500 WHEN 'mxn' THEN 1000 WHEN 'thb' THEN 1000
+                                        WHEN 'aed' THEN 200 WHEN 'pln' THEN 200 WHEN 'ron' THEN 200
+                                        WHEN 'myr' THEN 200 WHEN 'bgn' THEN 100
+                                        ELSE 50 END)
+                  END;
+        EXECUTE format('UPDATE %s SET recharge_next_eligible_at = now() + $2 '
+                       'WHERE id = $1 AND (recharge_next_eligible_at IS NULL OR recharge_next_eligible_at <= now())',
+                       accounts_shard)
+            USING a.id, a.recharge_cooldown;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        admitted := n > 0;
+        IF NOT admitted THEN
+            EXECUTE format('INSERT INTO %s (account_id, episode, reason, next_eligible_at) VALUES ($1, $2, ''cooling_down'', $3) '
+                           'ON CONFLICT (account_id, episode, reason) DO NOTHING', blocks_shard)
+                USING a.id, a.recharge_episode, a.recharge_next_eligible_at;
+        ELSIF a.recharge_budget_period IS NOT NULL THEN
+            w_start := date_trunc(a.recharge_budget_period, now(), 'UTC');
+            EXECUTE format('INSERT INTO %s AS w '
+                           '    (account_id, period, window_start, attempts, recharged_amount, max_attempts, max_amount) '
+                           'SELECT $1, $2, $3, 1, $4, $5, $6 WHERE $4 <= coalesce($6, $4) '
+                           'ON CONFLICT (account_id, period, window_start) DO UPDATE '
+                           'SET attempts = w.attempts + 1, '
+                           '    recharged_amount = w.recharged_amount + excluded.recharged_amount, '
+                           '    max_attempts = excluded.max_attempts, max_amount = excluded.max_amount '
+                           'WHERE w.attempts < coalesce(excluded.max_attempts, w.attempts + 1) '
+                           '  AND w.recharged_amount + excluded.recharged_amount '
+                           '      <= coalesce(excluded.max_amount, w.recharged_amount + excluded.recharged_amount)',
+                           windows_shard)
+                USING a.id, a.recharge_budget_period, w_start, charge, a.recharge_budget_count, a.recharge_budget_amount;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            admitted := n > 0;
+            IF NOT admitted THEN
+                EXECUTE format('UPDATE %s SET recharge_next_eligible_at = $2 WHERE id = $1', accounts_shard)
+                    USING a.id, a.recharge_next_eligible_at;
+                EXECUTE format('INSERT INTO %s (account_id, episode, reason, next_eligible_at) '
+                               'VALUES ($1, $2, ''budget_exhausted'', $3) '
+                               'ON CONFLICT (account_id, episode, reason) DO NOTHING', blocks_shard)
+                    USING a.id, a.recharge_episode, w_start + ('1 ' || a.recharge_budget_period)::interval;
+            END IF;
+        END IF;
+        IF admitted THEN
+            EXECUTE format('WITH attempt AS ('
+                           '    INSERT INTO %s (account_id, id, episode, retry, topup_id, amount)'
+                           '    SELECT $1, s.id, $2, $5, ''rch_'' || s.id, $3'
+                           '    FROM (SELECT nextval(''recharge_attempts_id_seq'') AS id) s'
+                           '    RETURNING account_id, topup_id, amount'
+                           ') '
+                           'INSERT INTO %s (id, account_id, amount, currency) '
+                           'SELECT topup_id, account_id, amount, $4 FROM attempt', attempts_shard, topups_shard)
+                USING a.id, a.recharge_episode, charge, a.currency, a.recharge_retry;
+        END IF;
     ELSIF a.recharge_threshold IS NOT NULL AND a.balance - a.held >= a.recharge_threshold THEN
-        EXECUTE format('UPDATE %s SET recharge_episode = recharge_episode + 1 '
-                       'WHERE id = $1 AND EXISTS (SELECT 1 FROM %s r WHERE r.account_id = $1 AND r.episode = $2)',
-                       accounts_shard, attempts_shard)
+        EXECUTE format('UPDATE %s SET recharge_episode = recharge_episode + 1, recharge_retry = 0 '
+                       'WHERE id = $1 AND (EXISTS (SELECT 1 FROM %s r WHERE r.account_id = $1 AND r.episode = $2) '
+                       '  OR EXISTS (SELECT 1 FROM %s b WHERE b.account_id = $1 AND b.episode = $2))',
+                       accounts_shard, attempts_shard, blocks_shard)
             USING a.id, a.recharge_episode;
     END IF;
 
@@ -367,10 +426,11 @@ END;
 $$;
 
 COMMENT ON FUNCTION accounts_available_watch() IS
-    'At commit, for an account whose balance or held the transaction moved (on Citus, on the account''s '
-    'shard and its colocated shards): below its recharge threshold, inserts the episode''s one recharge '
-    'attempt with its pending order; at or above it after an attempt, starts the next episode. Likewise '
-    'records balance.low / balance.recovered once per alert episode.';
+    'At commit, for an account whose balance, held or retry the transaction moved (on Citus, on the account''s '
+    'shard and its colocated shards): below its recharge threshold with the episode''s current try not made, '
+    'claims the cooldown and the budget window by conditional statements and inserts the attempt with its '
+    'pending order, or records why not; at or above it after an attempt or block, starts the next episode. '
+    'Likewise records balance.low / balance.recovered once per alert episode.';
 
 -- Unique keys that include the distribution column: changed once, while the tables are not distributed
 -- yet (the ledger's primary key still has one column), and left as they are on every later run.

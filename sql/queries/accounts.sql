@@ -64,24 +64,38 @@ FROM accounts_lock(@ids::text[]) AS l (id, last_seq, balance, held);
 -- An account's saved card, auto-recharge and alert settings (GET /v1/accounts/{id}, the recharge job).
 -- Returns no row when the account does not exist.
 SELECT stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
-       recharge_failures, low_balance_alert
+       recharge_failures, low_balance_alert, recharge_budget_amount, recharge_budget_count,
+       recharge_budget_period, recharge_cooldown, recharge_mode, recharge_target, recharge_stopped
 FROM accounts
 WHERE id = @id;
 
 -- name: AccountsSetRecharge :one
 -- Sets auto-recharge. Enabling needs a saved card: the condition is on the locked row, so a card
 -- recorded concurrently counts and none is never enabled (accounts_recharge_enabled_check holds it
--- too). Enabling forgives earlier failures. Returns no row when the account does not exist or has no
--- saved card while enabling.
+-- too). Enabling forgives earlier failures and clears why recharge stopped; enabling what the failure
+-- ladder stopped starts a new episode, so the next dip makes a first attempt even where the stopped
+-- episode made its tries.
+-- What a budget window counted stays. Returns no row when the account does not exist or has no saved
+-- card while enabling.
 UPDATE accounts
 SET recharge_enabled = @enabled,
     recharge_threshold = @threshold,
     recharge_amount = @amount,
-    recharge_failures = CASE WHEN @enabled::boolean THEN 0 ELSE recharge_failures END
+    recharge_budget_amount = sqlc.narg(budget_amount),
+    recharge_budget_count = sqlc.narg(budget_count),
+    recharge_budget_period = sqlc.narg(budget_period),
+    recharge_cooldown = @cooldown,
+    recharge_mode = @mode,
+    recharge_target = sqlc.narg(target),
+    recharge_failures = CASE WHEN @enabled::boolean THEN 0 ELSE recharge_failures END,
+    recharge_stopped = CASE WHEN @enabled::boolean THEN NULL ELSE recharge_stopped END,
+    recharge_episode = recharge_episode + CASE WHEN @enabled::boolean AND recharge_stopped IS NOT NULL THEN 1 ELSE 0 END,
+    recharge_retry = CASE WHEN @enabled::boolean AND recharge_stopped IS NOT NULL THEN 0 ELSE recharge_retry END
 WHERE id = @id
   AND (NOT @enabled::boolean OR (stripe_customer IS NOT NULL AND payment_method IS NOT NULL))
 RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
-          recharge_failures, low_balance_alert;
+          recharge_failures, low_balance_alert, recharge_budget_amount, recharge_budget_count,
+          recharge_budget_period, recharge_cooldown, recharge_mode, recharge_target, recharge_stopped;
 
 -- name: AccountsSetAlerts :one
 -- Sets (or, with NULL, clears) the low-balance alert threshold. Returns no row when the account does
@@ -90,7 +104,8 @@ UPDATE accounts
 SET low_balance_alert = sqlc.narg(low_balance_alert)
 WHERE id = @id
 RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
-          recharge_failures, low_balance_alert;
+          recharge_failures, low_balance_alert, recharge_budget_amount, recharge_budget_count,
+          recharge_budget_period, recharge_cooldown, recharge_mode, recharge_target, recharge_stopped;
 
 -- name: AccountsSetStripeCustomer :execrows
 -- Records the Stripe customer that saves the account's card, unless it has one: the API creates one
@@ -110,15 +125,34 @@ WHERE id = @id
   AND payment_method IS DISTINCT FROM @payment_method;
 
 -- name: AccountsRechargeFailed :one
--- Counts a failed attempt of an account with recharge on; the third in a row turns recharge off. The
--- SET reads the locked row, so concurrent failures count one by one. Returns no row when recharge was
--- already off (nothing to count).
+-- Counts a failed attempt of an account with recharge on. A hard decline forgets the card and stops
+-- recharge at once (payment_method_required); the third failure in a row stops it
+-- (disabled_after_failures). The SET reads the locked row, so concurrent failures count one by one.
+-- Returns no row when recharge was already off (nothing to count).
 UPDATE accounts
-SET recharge_failures = recharge_failures + 1,
-    recharge_enabled = recharge_failures + 1 < 3
+SET recharge_failures = least(recharge_failures + 1, 3),
+    recharge_enabled = NOT @hard::boolean AND recharge_failures + 1 < 3,
+    recharge_stopped = CASE
+        WHEN @hard::boolean THEN 'payment_method_required'
+        WHEN recharge_failures + 1 >= 3 THEN 'disabled_after_failures'
+    END,
+    payment_method = CASE WHEN @hard::boolean THEN NULL ELSE payment_method END
 WHERE id = @id
   AND recharge_enabled
-RETURNING recharge_failures, recharge_enabled;
+RETURNING recharge_failures, recharge_enabled, recharge_stopped;
+
+-- name: AccountsRechargeRetry :execrows
+-- Opens the next try of the episode (the failure ladder's job): raising recharge_retry queues
+-- accounts_available_watch, which makes the retry at commit if available is still below the threshold,
+-- under the same budget and cooldown as any attempt. Returns 0 rows when recharge is off, the episode
+-- ended, or the try was opened already (a job run twice opens it once).
+UPDATE accounts
+SET recharge_retry = recharge_retry + 1
+WHERE id = @id
+  AND recharge_enabled
+  AND recharge_episode = @episode
+  AND recharge_retry = @retry
+  AND recharge_retry < 3;
 
 -- name: AccountsRechargeSucceeded :exec
 -- A paid attempt ends the run of failures.
@@ -126,3 +160,46 @@ UPDATE accounts
 SET recharge_failures = 0
 WHERE id = @id
   AND recharge_failures <> 0;
+
+-- name: AccountsGetRechargeStatus :one
+-- An account's recharge status on the database clock, derived from the rows that hold it: why it
+-- stopped (recharge_stopped), its newest attempt, its cooldown or pending retry, and the budget
+-- window it is in (its usage, and a block that exhausted it). next_eligible_at is when cooling_down
+-- or budget_exhausted ends. Returns no row when the account does not exist.
+SELECT s.status::text AS status,
+       (CASE s.status
+            WHEN 'cooling_down' THEN greatest(s.next_eligible_at, s.retry_at)
+            WHEN 'budget_exhausted' THEN s.window_start + ('1 ' || s.recharge_budget_period)::interval
+        END) AS next_eligible_at,
+       s.window_start,
+       s.window_attempts::integer AS window_attempts,
+       s.window_recharged_amount::bigint AS window_recharged_amount
+FROM (
+    SELECT CASE
+               WHEN a.recharge_stopped IS NOT NULL THEN a.recharge_stopped
+               WHEN NOT a.recharge_enabled THEN 'off'
+               WHEN last.status = 'requested' THEN 'pending_attempt'
+               WHEN last.status = 'action_required' AND last.episode = a.recharge_episode THEN 'requires_action'
+               WHEN greatest(a.recharge_next_eligible_at, last.retry_at) > now() THEN 'cooling_down'
+               WHEN w.attempts >= a.recharge_budget_count
+                    OR EXISTS (SELECT 1 FROM recharge_blocks b
+                               WHERE b.account_id = a.id AND b.episode = a.recharge_episode
+                                 AND b.reason = 'budget_exhausted' AND b.next_eligible_at > now()) THEN 'budget_exhausted'
+               ELSE 'ready'
+           END AS status,
+           a.recharge_next_eligible_at AS next_eligible_at,
+           last.retry_at,
+           a.recharge_budget_period,
+           date_trunc(a.recharge_budget_period, now(), 'UTC') AS window_start,
+           coalesce(w.attempts, 0) AS window_attempts,
+           coalesce(w.recharged_amount, 0) AS window_recharged_amount
+    FROM accounts a
+    LEFT JOIN LATERAL (
+        SELECT r.status, r.episode, r.retry_at FROM recharge_attempts r WHERE r.account_id = a.id ORDER BY r.id DESC LIMIT 1
+    ) last ON true
+    LEFT JOIN recharge_windows w
+        ON w.account_id = a.id
+       AND w.period = a.recharge_budget_period
+       AND w.window_start = date_trunc(a.recharge_budget_period, now(), 'UTC')
+    WHERE a.id = @id
+) s;

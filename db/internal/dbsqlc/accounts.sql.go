@@ -8,6 +8,8 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const accountsBalanceMismatches = `-- name: AccountsBalanceMismatches :many
@@ -96,19 +98,27 @@ func (q *Queries) AccountsGet(ctx context.Context, id string) (AccountsGetRow, e
 
 const accountsGetAutomation = `-- name: AccountsGetAutomation :one
 SELECT stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
-       recharge_failures, low_balance_alert
+       recharge_failures, low_balance_alert, recharge_budget_amount, recharge_budget_count,
+       recharge_budget_period, recharge_cooldown, recharge_mode, recharge_target, recharge_stopped
 FROM accounts
 WHERE id = $1
 `
 
 type AccountsGetAutomationRow struct {
-	StripeCustomer    *string
-	PaymentMethod     *string
-	RechargeEnabled   bool
-	RechargeThreshold *int64
-	RechargeAmount    *int64
-	RechargeFailures  int32
-	LowBalanceAlert   *int64
+	StripeCustomer       *string
+	PaymentMethod        *string
+	RechargeEnabled      bool
+	RechargeThreshold    *int64
+	RechargeAmount       *int64
+	RechargeFailures     int32
+	LowBalanceAlert      *int64
+	RechargeBudgetAmount *int64
+	RechargeBudgetCount  *int32
+	RechargeBudgetPeriod *string
+	RechargeCooldown     pgtype.Interval
+	RechargeMode         string
+	RechargeTarget       *int64
+	RechargeStopped      *string
 }
 
 // An account's saved card, auto-recharge and alert settings (GET /v1/accounts/{id}, the recharge job).
@@ -124,6 +134,78 @@ func (q *Queries) AccountsGetAutomation(ctx context.Context, id string) (Account
 		&i.RechargeAmount,
 		&i.RechargeFailures,
 		&i.LowBalanceAlert,
+		&i.RechargeBudgetAmount,
+		&i.RechargeBudgetCount,
+		&i.RechargeBudgetPeriod,
+		&i.RechargeCooldown,
+		&i.RechargeMode,
+		&i.RechargeTarget,
+		&i.RechargeStopped,
+	)
+	return i, err
+}
+
+const accountsGetRechargeStatus = `-- name: AccountsGetRechargeStatus :one
+SELECT s.status::text AS status,
+       (CASE s.status
+            WHEN 'cooling_down' THEN greatest(s.next_eligible_at, s.retry_at)
+            WHEN 'budget_exhausted' THEN s.window_start + ('1 ' || s.recharge_budget_period)::interval
+        END) AS next_eligible_at,
+       s.window_start,
+       s.window_attempts::integer AS window_attempts,
+       s.window_recharged_amount::bigint AS window_recharged_amount
+FROM (
+    SELECT CASE
+               WHEN a.recharge_stopped IS NOT NULL THEN a.recharge_stopped
+               WHEN NOT a.recharge_enabled THEN 'off'
+               WHEN last.status = 'requested' THEN 'pending_attempt'
+               WHEN last.status = 'action_required' AND last.episode = a.recharge_episode THEN 'requires_action'
+               WHEN greatest(a.recharge_next_eligible_at, last.retry_at) > now() THEN 'cooling_down'
+               WHEN w.attempts >= a.recharge_budget_count
+                    OR EXISTS (SELECT 1 FROM recharge_blocks b
+                               WHERE b.account_id = a.id AND b.episode = a.recharge_episode
+                                 AND b.reason = 'budget_exhausted' AND b.next_eligible_at > now()) THEN 'budget_exhausted'
+               ELSE 'ready'
+           END AS status,
+           a.recharge_next_eligible_at AS next_eligible_at,
+           last.retry_at,
+           a.recharge_budget_period,
+           date_trunc(a.recharge_budget_period, now(), 'UTC') AS window_start,
+           coalesce(w.attempts, 0) AS window_attempts,
+           coalesce(w.recharged_amount, 0) AS window_recharged_amount
+    FROM accounts a
+    LEFT JOIN LATERAL (
+        SELECT r.status, r.episode, r.retry_at FROM recharge_attempts r WHERE r.account_id = a.id ORDER BY r.id DESC LIMIT 1
+    ) last ON true
+    LEFT JOIN recharge_windows w
+        ON w.account_id = a.id
+       AND w.period = a.recharge_budget_period
+       AND w.window_start = date_trunc(a.recharge_budget_period, now(), 'UTC')
+    WHERE a.id = $1
+) s
+`
+
+type AccountsGetRechargeStatusRow struct {
+	Status                string
+	NextEligibleAt        interface{}
+	WindowStart           interface{}
+	WindowAttempts        int32
+	WindowRechargedAmount int64
+}
+
+// An account's recharge status on the database clock, derived from the rows that hold it: why it
+// stopped (recharge_stopped), its newest attempt, its cooldown or pending retry, and the budget
+// window it is in (its usage, and a block that exhausted it). next_eligible_at is when cooling_down
+// or budget_exhausted ends. Returns no row when the account does not exist.
+func (q *Queries) AccountsGetRechargeStatus(ctx context.Context, id string) (AccountsGetRechargeStatusRow, error) {
+	row := q.db.QueryRow(ctx, accountsGetRechargeStatus, id)
+	var i AccountsGetRechargeStatusRow
+	err := row.Scan(
+		&i.Status,
+		&i.NextEligibleAt,
+		&i.WindowStart,
+		&i.WindowAttempts,
+		&i.WindowRechargedAmount,
 	)
 	return i, err
 }
@@ -263,26 +345,66 @@ func (q *Queries) AccountsLock(ctx context.Context, ids []string) ([]AccountsLoc
 
 const accountsRechargeFailed = `-- name: AccountsRechargeFailed :one
 UPDATE accounts
-SET recharge_failures = recharge_failures + 1,
-    recharge_enabled = recharge_failures + 1 < 3
-WHERE id = $1
+SET recharge_failures = least(recharge_failures + 1, 3),
+    recharge_enabled = NOT $1::boolean AND recharge_failures + 1 < 3,
+    recharge_stopped = CASE
+        WHEN $1::boolean THEN 'payment_method_required'
+        WHEN recharge_failures + 1 >= 3 THEN 'disabled_after_failures'
+    END,
+    payment_method = CASE WHEN $1::boolean THEN NULL ELSE payment_method END
+WHERE id = $2
   AND recharge_enabled
-RETURNING recharge_failures, recharge_enabled
+RETURNING recharge_failures, recharge_enabled, recharge_stopped
 `
+
+type AccountsRechargeFailedParams struct {
+	Hard bool
+	ID   string
+}
 
 type AccountsRechargeFailedRow struct {
 	RechargeFailures int32
 	RechargeEnabled  bool
+	RechargeStopped  *string
 }
 
-// Counts a failed attempt of an account with recharge on; the third in a row turns recharge off. The
-// SET reads the locked row, so concurrent failures count one by one. Returns no row when recharge was
-// already off (nothing to count).
-func (q *Queries) AccountsRechargeFailed(ctx context.Context, id string) (AccountsRechargeFailedRow, error) {
-	row := q.db.QueryRow(ctx, accountsRechargeFailed, id)
+// Counts a failed attempt of an account with recharge on. A hard decline forgets the card and stops
+// recharge at once (payment_method_required); the third failure in a row stops it
+// (disabled_after_failures). The SET reads the locked row, so concurrent failures count one by one.
+// Returns no row when recharge was already off (nothing to count).
+func (q *Queries) AccountsRechargeFailed(ctx context.Context, arg AccountsRechargeFailedParams) (AccountsRechargeFailedRow, error) {
+	row := q.db.QueryRow(ctx, accountsRechargeFailed, arg.Hard, arg.ID)
 	var i AccountsRechargeFailedRow
-	err := row.Scan(&i.RechargeFailures, &i.RechargeEnabled)
+	err := row.Scan(&i.RechargeFailures, &i.RechargeEnabled, &i.RechargeStopped)
 	return i, err
+}
+
+const accountsRechargeRetry = `-- name: AccountsRechargeRetry :execrows
+UPDATE accounts
+SET recharge_retry = recharge_retry + 1
+WHERE id = $1
+  AND recharge_enabled
+  AND recharge_episode = $2
+  AND recharge_retry = $3
+  AND recharge_retry < 3
+`
+
+type AccountsRechargeRetryParams struct {
+	ID      string
+	Episode int64
+	Retry   int32
+}
+
+// Opens the next try of the episode (the failure ladder's job): raising recharge_retry queues
+// accounts_available_watch, which makes the retry at commit if available is still below the threshold,
+// under the same budget and cooldown as any attempt. Returns 0 rows when recharge is off, the episode
+// ended, or the try was opened already (a job run twice opens it once).
+func (q *Queries) AccountsRechargeRetry(ctx context.Context, arg AccountsRechargeRetryParams) (int64, error) {
+	result, err := q.db.Exec(ctx, accountsRechargeRetry, arg.ID, arg.Episode, arg.Retry)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const accountsRechargeSucceeded = `-- name: AccountsRechargeSucceeded :exec
@@ -303,7 +425,8 @@ UPDATE accounts
 SET low_balance_alert = $1
 WHERE id = $2
 RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
-          recharge_failures, low_balance_alert
+          recharge_failures, low_balance_alert, recharge_budget_amount, recharge_budget_count,
+          recharge_budget_period, recharge_cooldown, recharge_mode, recharge_target, recharge_stopped
 `
 
 type AccountsSetAlertsParams struct {
@@ -312,13 +435,20 @@ type AccountsSetAlertsParams struct {
 }
 
 type AccountsSetAlertsRow struct {
-	StripeCustomer    *string
-	PaymentMethod     *string
-	RechargeEnabled   bool
-	RechargeThreshold *int64
-	RechargeAmount    *int64
-	RechargeFailures  int32
-	LowBalanceAlert   *int64
+	StripeCustomer       *string
+	PaymentMethod        *string
+	RechargeEnabled      bool
+	RechargeThreshold    *int64
+	RechargeAmount       *int64
+	RechargeFailures     int32
+	LowBalanceAlert      *int64
+	RechargeBudgetAmount *int64
+	RechargeBudgetCount  *int32
+	RechargeBudgetPeriod *string
+	RechargeCooldown     pgtype.Interval
+	RechargeMode         string
+	RechargeTarget       *int64
+	RechargeStopped      *string
 }
 
 // Sets (or, with NULL, clears) the low-balance alert threshold. Returns no row when the account does
@@ -334,6 +464,13 @@ func (q *Queries) AccountsSetAlerts(ctx context.Context, arg AccountsSetAlertsPa
 		&i.RechargeAmount,
 		&i.RechargeFailures,
 		&i.LowBalanceAlert,
+		&i.RechargeBudgetAmount,
+		&i.RechargeBudgetCount,
+		&i.RechargeBudgetPeriod,
+		&i.RechargeCooldown,
+		&i.RechargeMode,
+		&i.RechargeTarget,
+		&i.RechargeStopped,
 	)
 	return i, err
 }
@@ -366,39 +503,71 @@ UPDATE accounts
 SET recharge_enabled = $1,
     recharge_threshold = $2,
     recharge_amount = $3,
-    recharge_failures = CASE WHEN $1::boolean THEN 0 ELSE recharge_failures END
-WHERE id = $4
+    recharge_budget_amount = $4,
+    recharge_budget_count = $5,
+    recharge_budget_period = $6,
+    recharge_cooldown = $7,
+    recharge_mode = $8,
+    recharge_target = $9,
+    recharge_failures = CASE WHEN $1::boolean THEN 0 ELSE recharge_failures END,
+    recharge_stopped = CASE WHEN $1::boolean THEN NULL ELSE recharge_stopped END,
+    recharge_episode = recharge_episode + CASE WHEN $1::boolean AND recharge_stopped IS NOT NULL THEN 1 ELSE 0 END,
+    recharge_retry = CASE WHEN $1::boolean AND recharge_stopped IS NOT NULL THEN 0 ELSE recharge_retry END
+WHERE id = $10
   AND (NOT $1::boolean OR (stripe_customer IS NOT NULL AND payment_method IS NOT NULL))
 RETURNING stripe_customer, payment_method, recharge_enabled, recharge_threshold, recharge_amount,
-          recharge_failures, low_balance_alert
+          recharge_failures, low_balance_alert, recharge_budget_amount, recharge_budget_count,
+          recharge_budget_period, recharge_cooldown, recharge_mode, recharge_target, recharge_stopped
 `
 
 type AccountsSetRechargeParams struct {
-	Enabled   bool
-	Threshold *int64
-	Amount    *int64
-	ID        string
+	Enabled      bool
+	Threshold    *int64
+	Amount       *int64
+	BudgetAmount *int64
+	BudgetCount  *int32
+	BudgetPeriod *string
+	Cooldown     pgtype.Interval
+	Mode         string
+	Target       *int64
+	ID           string
 }
 
 type AccountsSetRechargeRow struct {
-	StripeCustomer    *string
-	PaymentMethod     *string
-	RechargeEnabled   bool
-	RechargeThreshold *int64
-	RechargeAmount    *int64
-	RechargeFailures  int32
-	LowBalanceAlert   *int64
+	StripeCustomer       *string
+	PaymentMethod        *string
+	RechargeEnabled      bool
+	RechargeThreshold    *int64
+	RechargeAmount       *int64
+	RechargeFailures     int32
+	LowBalanceAlert      *int64
+	RechargeBudgetAmount *int64
+	RechargeBudgetCount  *int32
+	RechargeBudgetPeriod *string
+	RechargeCooldown     pgtype.Interval
+	RechargeMode         string
+	RechargeTarget       *int64
+	RechargeStopped      *string
 }
 
 // Sets auto-recharge. Enabling needs a saved card: the condition is on the locked row, so a card
 // recorded concurrently counts and none is never enabled (accounts_recharge_enabled_check holds it
-// too). Enabling forgives earlier failures. Returns no row when the account does not exist or has no
-// saved card while enabling.
+// too). Enabling forgives earlier failures and clears why recharge stopped; enabling what the failure
+// ladder stopped starts a new episode, so the next dip makes a first attempt even where the stopped
+// episode made its tries.
+// What a budget window counted stays. Returns no row when the account does not exist or has no saved
+// card while enabling.
 func (q *Queries) AccountsSetRecharge(ctx context.Context, arg AccountsSetRechargeParams) (AccountsSetRechargeRow, error) {
 	row := q.db.QueryRow(ctx, accountsSetRecharge,
 		arg.Enabled,
 		arg.Threshold,
 		arg.Amount,
+		arg.BudgetAmount,
+		arg.BudgetCount,
+		arg.BudgetPeriod,
+		arg.Cooldown,
+		arg.Mode,
+		arg.Target,
 		arg.ID,
 	)
 	var i AccountsSetRechargeRow
@@ -410,6 +579,13 @@ func (q *Queries) AccountsSetRecharge(ctx context.Context, arg AccountsSetRechar
 		&i.RechargeAmount,
 		&i.RechargeFailures,
 		&i.LowBalanceAlert,
+		&i.RechargeBudgetAmount,
+		&i.RechargeBudgetCount,
+		&i.RechargeBudgetPeriod,
+		&i.RechargeCooldown,
+		&i.RechargeMode,
+		&i.RechargeTarget,
+		&i.RechargeStopped,
 	)
 	return i, err
 }

@@ -6,6 +6,8 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // A prepaid-credits account. One currency, fixed at creation; amounts are bigint minor units of it.
@@ -37,6 +39,24 @@ type Account struct {
 	LowBalanceAlert *int64
 	// The current alert episode for low_balance_alert: advanced by each recovery, so balance_alerts holds one low and one recovery per crossing.
 	AlertEpisode int64
+	// At most this much asked of the card per budget window (NULL: no amount budget).
+	RechargeBudgetAmount *int64
+	// At most this many attempts per budget window (NULL: no count budget).
+	RechargeBudgetCount *int32
+	// The budget's calendar window, in UTC on the database clock: day, week (from Monday) or month. NULL: no budget.
+	RechargeBudgetPeriod *string
+	// The least time between the creation of two attempts (0 to 30 days).
+	RechargeCooldown pgtype.Interval
+	// fixed: an attempt buys recharge_amount; target: it buys what brings available back to recharge_target (open holds and debt included), never less than Stripe's minimum charge for the currency.
+	RechargeMode string
+	// The available balance a target-mode attempt restores.
+	RechargeTarget *int64
+	// No attempt is created before this time: the last attempt's creation plus the cooldown. Claimed by the conditional UPDATE of accounts_available_watch that creates an attempt.
+	RechargeNextEligibleAt *time.Time
+	// The retry of the current episode that the next attempt would be (0: the first). Raised only by the failure ladder's job; reset with each new episode.
+	RechargeRetry int32
+	// Why recharge was turned off by its failures: disabled_after_failures (three in a row) or payment_method_required (a hard decline forgot the card). NULL when it was not; cleared by a PUT.
+	RechargeStopped *string
 }
 
 // Who did what: one row per mutating request, refused request and console action; append-only.
@@ -225,6 +245,43 @@ type RechargeAttempt struct {
 	JobEnqueuedAt *time.Time
 	// When the sweeper enqueued the notification of the resolution (recharge.failed, recharge.disabled, recharge.action_required); NULL for a resolved attempt: still to enqueue.
 	NoticeEnqueuedAt *time.Time
+	// Which try of its episode this is: 0 the first, 1..3 the failure ladder's retries (1h, 6h, 24h).
+	Retry int32
+	// The card's decline: Stripe's decline_code, or its error code when it has none (expired_card, incorrect_number).
+	DeclineCode *string
+	// The decline says the card will never work (lost, stolen, expired, wrong number, do not honor, pick up, fraud): the failure forgets the card and stops recharge (payment_method_required), with no retry.
+	HardDecline bool
+	// A soft failure that did not stop recharge: when the ladder's next try of the episode is due (the backoff or the cooldown's end, whichever is later).
+	RetryAt *time.Time
+	// When the sweeper enqueued the River job of the retry (scheduled at retry_at); NULL: still to enqueue.
+	RetryEnqueuedAt *time.Time
+}
+
+// Why a low-balance episode got no attempt when it asked for one: inserted by accounts_available_watch instead of the attempt. The outbox of recharge.blocked.
+type RechargeBlock struct {
+	AccountID string
+	Episode   int64
+	Reason    string
+	BlockedAt time.Time
+	// When an attempt may be made again: the cooldown's end, or the budget window's.
+	NextEligibleAt time.Time
+	// When recharge.blocked was enqueued; NULL: still to enqueue.
+	NoticeEnqueuedAt *time.Time
+}
+
+// The recharge budget's usage per calendar window: moved by accounts_available_watch, in the transaction that creates an attempt, by an upsert whose condition is the budget. An attempt beyond it is not created.
+type RechargeWindow struct {
+	AccountID   string
+	Period      string
+	WindowStart time.Time
+	// Attempts created in the window (first attempts and retries alike).
+	Attempts int32
+	// What those attempts asked of the card, charged or declined.
+	RechargedAmount int64
+	// The budget count when the window last admitted an attempt.
+	MaxAttempts *int32
+	// The budget amount when the window last admitted an attempt.
+	MaxAmount *int64
 }
 
 // A difference between Stripe and the ledger found by the drift pass: a Stripe payment, refund or dispute of this deployment without its ledger effect (or with another amount or state), or a money-backed credit without its Stripe object. Open while resolved_at is NULL; a later pass that finds it matched resolves it.

@@ -8,11 +8,13 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const rechargeAttemptsGetByTopup = `-- name: RechargeAttemptsGetByTopup :one
 SELECT account_id, id, episode, topup_id, amount, status, payment_intent, failure_code, disabled_recharge,
-       created_at, resolved_at
+       created_at, resolved_at, retry, decline_code, hard_decline, retry_at
 FROM recharge_attempts
 WHERE account_id = $1
   AND topup_id = $2
@@ -35,6 +37,10 @@ type RechargeAttemptsGetByTopupRow struct {
 	DisabledRecharge bool
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
+	Retry            int32
+	DeclineCode      *string
+	HardDecline      bool
+	RetryAt          *time.Time
 }
 
 // The attempt that owns an order. Returns no row for an order no attempt owns (Checkout).
@@ -53,6 +59,10 @@ func (q *Queries) RechargeAttemptsGetByTopup(ctx context.Context, arg RechargeAt
 		&i.DisabledRecharge,
 		&i.CreatedAt,
 		&i.ResolvedAt,
+		&i.Retry,
+		&i.DeclineCode,
+		&i.HardDecline,
+		&i.RetryAt,
 	)
 	return i, err
 }
@@ -104,7 +114,7 @@ func (q *Queries) RechargeAttemptsGetForCharge(ctx context.Context, arg Recharge
 
 const rechargeAttemptsList = `-- name: RechargeAttemptsList :many
 SELECT account_id, id, episode, topup_id, amount, status, payment_intent, failure_code, disabled_recharge,
-       created_at, resolved_at
+       created_at, resolved_at, retry, decline_code, hard_decline, retry_at
 FROM recharge_attempts
 WHERE account_id = $1
 ORDER BY id DESC
@@ -128,6 +138,10 @@ type RechargeAttemptsListRow struct {
 	DisabledRecharge bool
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
+	Retry            int32
+	DeclineCode      *string
+	HardDecline      bool
+	RetryAt          *time.Time
 }
 
 // An account's attempts, newest first.
@@ -152,6 +166,10 @@ func (q *Queries) RechargeAttemptsList(ctx context.Context, arg RechargeAttempts
 			&i.DisabledRecharge,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Retry,
+			&i.DeclineCode,
+			&i.HardDecline,
+			&i.RetryAt,
 		); err != nil {
 			return nil, err
 		}
@@ -183,35 +201,68 @@ func (q *Queries) RechargeAttemptsMarkDisabled(ctx context.Context, arg Recharge
 
 const rechargeAttemptsResolve = `-- name: RechargeAttemptsResolve :one
 UPDATE recharge_attempts
-SET status = $1, failure_code = $2, resolved_at = now(),
-    payment_intent = coalesce(payment_intent, $3)
-WHERE account_id = $4
-  AND id = $5
+SET status = $1, failure_code = $2, decline_code = $3,
+    resolved_at = now(), payment_intent = coalesce(payment_intent, $4)
+WHERE account_id = $5
+  AND id = $6
   AND status = 'requested'
-RETURNING id
+RETURNING id, retry, hard_decline
 `
 
 type RechargeAttemptsResolveParams struct {
 	Status        string
 	FailureCode   *string
+	DeclineCode   *string
 	PaymentIntent *string
 	AccountID     string
 	ID            int64
 }
 
+type RechargeAttemptsResolveRow struct {
+	ID          int64
+	Retry       int32
+	HardDecline bool
+}
+
 // Resolves a requested attempt, once: only the transaction whose UPDATE finds it requested gets a row
-// (and so counts a failure or sends a notification). Returns no row when it was already resolved.
-func (q *Queries) RechargeAttemptsResolve(ctx context.Context, arg RechargeAttemptsResolveParams) (int64, error) {
+// (and so counts a failure or sends a notification). The schema tells a hard decline from its code
+// (hard_decline). Returns no row when it was already resolved.
+func (q *Queries) RechargeAttemptsResolve(ctx context.Context, arg RechargeAttemptsResolveParams) (RechargeAttemptsResolveRow, error) {
 	row := q.db.QueryRow(ctx, rechargeAttemptsResolve,
 		arg.Status,
 		arg.FailureCode,
+		arg.DeclineCode,
 		arg.PaymentIntent,
 		arg.AccountID,
 		arg.ID,
 	)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
+	var i RechargeAttemptsResolveRow
+	err := row.Scan(&i.ID, &i.Retry, &i.HardDecline)
+	return i, err
+}
+
+const rechargeAttemptsScheduleRetry = `-- name: RechargeAttemptsScheduleRetry :exec
+UPDATE recharge_attempts r
+SET retry_at = greatest((SELECT now() + $1::interval), a.recharge_next_eligible_at)
+FROM accounts a
+WHERE r.account_id = $2
+  AND r.id = $3
+  AND a.id = r.account_id
+  AND r.retry < 3
+`
+
+type RechargeAttemptsScheduleRetryParams struct {
+	Backoff   pgtype.Interval
+	AccountID string
+	ID        int64
+}
+
+// A soft failure that left recharge on: the episode's next try is due after the ladder's backoff for
+// this try, or at the cooldown's end if that is later. (The due time is computed before it meets a
+// column, so that Citus evaluates now() once.)
+func (q *Queries) RechargeAttemptsScheduleRetry(ctx context.Context, arg RechargeAttemptsScheduleRetryParams) error {
+	_, err := q.db.Exec(ctx, rechargeAttemptsScheduleRetry, arg.Backoff, arg.AccountID, arg.ID)
+	return err
 }
 
 const rechargeAttemptsSetPaymentIntent = `-- name: RechargeAttemptsSetPaymentIntent :exec
@@ -243,17 +294,21 @@ FROM (
 WHERE r.account_id = due.account_id
   AND r.id = due.id
   AND r.job_enqueued_at IS NULL
-RETURNING r.account_id, r.id
+RETURNING r.account_id, r.id, r.episode, r.retry, r.amount, r.created_at
 `
 
 type RechargeAttemptsTakeJobsRow struct {
 	AccountID string
 	ID        int64
+	Episode   int64
+	Retry     int32
+	Amount    int64
+	CreatedAt time.Time
 }
 
 // Takes the attempts whose PaymentIntent job is still to enqueue, oldest first (at most max_rows): marks
-// them enqueued and returns them, in one statement, and the caller enqueues their jobs in the same
-// transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
+// them enqueued and returns them, in one statement, and the caller enqueues their jobs (and their
+// recharge.requested) in the same transaction, so the jobs and the marks commit together. Two sweepers never take one attempt: the
 // second's UPDATE waits for the first's and then finds it marked. No row is locked before the update
 // (a cluster locks rows only in single-shard statements).
 func (q *Queries) RechargeAttemptsTakeJobs(ctx context.Context, maxRows int32) ([]RechargeAttemptsTakeJobsRow, error) {
@@ -265,7 +320,14 @@ func (q *Queries) RechargeAttemptsTakeJobs(ctx context.Context, maxRows int32) (
 	items := []RechargeAttemptsTakeJobsRow{}
 	for rows.Next() {
 		var i RechargeAttemptsTakeJobsRow
-		if err := rows.Scan(&i.AccountID, &i.ID); err != nil {
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Episode,
+			&i.Retry,
+			&i.Amount,
+			&i.CreatedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -288,7 +350,8 @@ FROM (
 WHERE r.account_id = due.account_id
   AND r.id = due.id
   AND r.notice_enqueued_at IS NULL
-RETURNING r.account_id, r.id, r.status, r.amount, r.payment_intent, r.failure_code, r.disabled_recharge, r.resolved_at
+RETURNING r.account_id, r.id, r.status, r.amount, r.payment_intent, r.failure_code, r.disabled_recharge, r.resolved_at,
+          r.decline_code, r.hard_decline, r.retry, r.retry_at
 `
 
 type RechargeAttemptsTakeNoticesRow struct {
@@ -300,6 +363,10 @@ type RechargeAttemptsTakeNoticesRow struct {
 	FailureCode      *string
 	DisabledRecharge bool
 	ResolvedAt       *time.Time
+	DeclineCode      *string
+	HardDecline      bool
+	Retry            int32
+	RetryAt          *time.Time
 }
 
 // Takes the resolved attempts whose notification is still to enqueue, like RechargeAttemptsTakeJobs.
@@ -321,6 +388,61 @@ func (q *Queries) RechargeAttemptsTakeNotices(ctx context.Context, maxRows int32
 			&i.FailureCode,
 			&i.DisabledRecharge,
 			&i.ResolvedAt,
+			&i.DeclineCode,
+			&i.HardDecline,
+			&i.Retry,
+			&i.RetryAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rechargeAttemptsTakeRetries = `-- name: RechargeAttemptsTakeRetries :many
+UPDATE recharge_attempts r
+SET retry_enqueued_at = now()
+FROM (
+    SELECT account_id, id FROM recharge_attempts
+    WHERE retry_at IS NOT NULL AND retry_enqueued_at IS NULL
+    ORDER BY id
+    LIMIT $1
+) due
+WHERE r.account_id = due.account_id
+  AND r.id = due.id
+  AND r.retry_enqueued_at IS NULL
+RETURNING r.account_id, r.id, r.episode, r.retry, r.retry_at::timestamptz AS retry_at
+`
+
+type RechargeAttemptsTakeRetriesRow struct {
+	AccountID string
+	ID        int64
+	Episode   int64
+	Retry     int32
+	RetryAt   time.Time
+}
+
+// Takes the failed attempts whose retry job is still to enqueue, like RechargeAttemptsTakeJobs: the
+// caller enqueues each job scheduled at retry_at in the same transaction.
+func (q *Queries) RechargeAttemptsTakeRetries(ctx context.Context, maxRows int32) ([]RechargeAttemptsTakeRetriesRow, error) {
+	rows, err := q.db.Query(ctx, rechargeAttemptsTakeRetries, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RechargeAttemptsTakeRetriesRow{}
+	for rows.Next() {
+		var i RechargeAttemptsTakeRetriesRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Episode,
+			&i.Retry,
+			&i.RetryAt,
 		); err != nil {
 			return nil, err
 		}
