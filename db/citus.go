@@ -34,6 +34,9 @@ var accountTables = []string{
 	"recharge_attempts",
 	"balance_alerts",
 	"stripe_drift",
+	"spend_limits", // before the tables whose foreign keys name it
+	"spend_windows",
+	"hold_windows",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.

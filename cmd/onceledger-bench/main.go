@@ -317,13 +317,13 @@ func (b *bench) holds(ctx context.Context, d time.Duration) {
 	oneTx := measure(ctx, fmt.Sprintf("authorisations hot, 1 tx each, direct SQL, %d conns", serverPool.Config().MaxConns), c, d,
 		func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error {
-				_, err := db.AuthoriseHold(ctx, serverPool, account("tx"), "h"+strconv.Itoa(i), 1, time.Hour)
+				_, err := db.AuthoriseHold(ctx, serverPool, account("tx"), db.HoldRequest{ID: "h" + strconv.Itoa(i), Amount: 1, ExpiresIn: time.Hour})
 				return err
 			})
 		})
 	grouped := measure(ctx, "authorisations hot, group commit, direct (db.Ledger.AuthoriseHoldGrouped)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 		return timed(func() error {
-			_, err := b.ledger.AuthoriseHoldGrouped(ctx, account("group"), "h"+strconv.Itoa(i), 1, time.Hour)
+			_, err := b.ledger.AuthoriseHoldGrouped(ctx, account("group"), db.HoldRequest{ID: "h" + strconv.Itoa(i), Amount: 1, ExpiresIn: time.Hour})
 			return err
 		})
 	})

@@ -1,0 +1,162 @@
+-- (Named in the singular: Go would read a file spend_windows.sql.go as built for Windows only.)
+-- Spend windows (SPEC §16): what each limit counted per calendar window in UTC. Every statement here
+-- runs under the account's row lock (accounts in id order), as every write to holds and the ledger does,
+-- so a window moves under one lock order. A window row is created before anything counts in it, by
+-- INSERT ... ON CONFLICT DO NOTHING, so that the statement that counts finds it and its conditions
+-- judge the current row.
+
+-- name: SpendWindowsOpen :many
+-- Opens the current window (on the database clock) of every limit of the locked account, and returns
+-- each limit with it: what an authorisation is judged against (HoldsInsertGroup keeps the rule, this
+-- read plans a group and names the limit that refuses). Empty when the account has no limits.
+WITH current_windows AS (
+    SELECT l.id, l.scope, l.scope_value, l.period, l.amount, l.mode,
+           date_trunc(l.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start
+    FROM spend_limits l
+    WHERE l.account_id = @account_id::text
+), opened AS (
+    INSERT INTO spend_windows (account_id, limit_id, window_start)
+    SELECT @account_id::text, id, window_start
+    FROM current_windows
+    ON CONFLICT ON CONSTRAINT spend_windows_pkey DO NOTHING
+    RETURNING limit_id
+)
+SELECT c.id, c.scope, coalesce(c.scope_value, '')::text AS scope_value, c.period, c.amount, c.mode,
+       c.window_start::timestamptz AS window_start,
+       coalesce(w.spent, 0)::bigint AS spent, coalesce(w.held, 0)::bigint AS held
+FROM current_windows c
+LEFT JOIN spend_windows w
+    ON w.account_id = @account_id::text AND w.limit_id = c.id AND w.window_start = c.window_start
+ORDER BY c.id;
+
+-- name: SpendWindowsRelease :exec
+-- Resolves a hold in the windows it was counted in (hold_windows), in the transaction that moved it out of
+-- held: its amount leaves held, and captured (0 for a void or an expiry) is spent.
+UPDATE spend_windows w
+SET held = w.held - @amount::bigint, spent = w.spent + @captured::bigint
+FROM hold_windows hw
+WHERE hw.account_id = @account_id::text
+  AND hw.hold_id = @hold_id::text
+  AND w.account_id = hw.account_id
+  AND w.limit_id = hw.limit_id
+  AND w.window_start = hw.window_start;
+
+-- name: SpendWindowsOpenForDecisions :exec
+-- In the billing transaction, before SpendWindowsBill: opens the window (of its received_at) of every
+-- limit that applies to the billed decisions (the arrays in lockstep, of locked accounts).
+INSERT INTO spend_windows (account_id, limit_id, window_start)
+SELECT DISTINCT l.account_id, l.id, date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+FROM (
+    SELECT (@account_ids::text[])[i] AS account_id, (@decision_ids::text[])[i] AS decision_id
+    FROM generate_subscripts(@decision_ids::text[], 1) AS i
+) b
+JOIN decisions d ON d.account_id = b.account_id AND d.id = b.decision_id
+JOIN spend_limits l
+    ON l.account_id = d.account_id
+   AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN d.subject ELSE d.feature END)
+ON CONFLICT ON CONSTRAINT spend_windows_pkey DO NOTHING;
+
+-- name: SpendWindowsBill :many
+-- In the billing transaction that posted them: counts what billed decisions spent beyond their hold
+-- (amounts, in lockstep with the decisions; the captured part is moved by HoldsCaptureForDecisions) as
+-- spent in the window of their received_at of every limit that applies, set-based. Billed in full
+-- whatever the cap (the work was done): what a hard limit's window takes past its cap is counted in over;
+-- a soft limit's window reaching its cap records reached_at (limit.reached, once per window). Returns
+-- the windows moved with the overshoot each took now.
+WITH counted AS (
+    SELECT l.account_id, l.id AS limit_id, l.amount AS cap, l.mode, b.amount,
+           date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start
+    FROM (
+        SELECT (@account_ids::text[])[i] AS account_id, (@decision_ids::text[])[i] AS decision_id,
+               (@amounts::bigint[])[i] AS amount
+        FROM generate_subscripts(@decision_ids::text[], 1) AS i
+    ) b
+    JOIN decisions d ON d.account_id = b.account_id AND d.id = b.decision_id
+    JOIN spend_limits l
+        ON l.account_id = d.account_id
+       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN d.subject ELSE d.feature END)
+), per_window AS (
+    SELECT account_id, limit_id, window_start, min(cap) AS cap, min(mode) AS mode, sum(amount) AS amount, now() AS at
+    FROM counted
+    GROUP BY account_id, limit_id, window_start
+)
+UPDATE spend_windows w
+SET spent = w.spent + p.amount,
+    over = w.over + CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held + p.amount - p.cap)) ELSE 0 END,
+    reached_at = CASE WHEN p.mode = 'soft' AND w.reached_at IS NULL AND w.spent + w.held + p.amount >= p.cap
+                      THEN p.at ELSE w.reached_at END
+FROM per_window p
+WHERE w.account_id = p.account_id
+  AND w.limit_id = p.limit_id
+  AND w.window_start = p.window_start
+RETURNING w.account_id, w.limit_id, w.window_start,
+          (CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held - p.cap)) ELSE 0 END)::bigint AS over_now;
+
+-- name: SpendWindowsTakeReached :many
+-- Takes the soft limits' windows whose limit.reached is still to enqueue (at most max_rows, oldest
+-- first): marks them enqueued and returns them, in one statement, like BalanceAlertsTake. The caller
+-- enqueues in the same transaction: one notification per (account, limit, window).
+UPDATE spend_windows w
+SET reached_enqueued_at = due.at
+FROM (
+    SELECT account_id, limit_id, window_start, now() AS at
+    FROM spend_windows
+    WHERE reached_at IS NOT NULL
+      AND reached_enqueued_at IS NULL
+    ORDER BY reached_at
+    LIMIT @max_rows
+) due
+WHERE w.account_id = due.account_id
+  AND w.limit_id = due.limit_id
+  AND w.window_start = due.window_start
+  AND w.reached_enqueued_at IS NULL
+RETURNING w.account_id, w.limit_id, w.window_start, w.spent, w.held, w.reached_at::timestamptz AS reached_at;
+
+-- name: SpendWindowsHeldMismatches :many
+-- Windows whose held differs from the sum of the holds still held that were counted in them (verify).
+-- Empty when the invariant holds.
+SELECT w.account_id, w.limit_id, w.window_start, w.held,
+       coalesce(sum(h.amount) FILTER (WHERE h.status = 'held'), 0)::bigint AS holds_sum
+FROM spend_windows w
+LEFT JOIN hold_windows hw
+    ON hw.account_id = w.account_id AND hw.limit_id = w.limit_id AND hw.window_start = w.window_start
+LEFT JOIN holds h ON h.account_id = hw.account_id AND h.id = hw.hold_id
+GROUP BY w.account_id, w.limit_id, w.window_start, w.held
+HAVING w.held <> coalesce(sum(h.amount) FILTER (WHERE h.status = 'held'), 0)
+ORDER BY 1, 2, 3
+LIMIT 1000;
+
+-- name: SpendWindowsSpentMismatches :many
+-- Windows whose spent differs from what was counted to them (verify): the captured amounts of the holds
+-- counted in them, plus what each billed decision of the limit's scope received in the window spent
+-- beyond the hold it captured (its entry decision:{id}, less that capture). A window is recounted only
+-- when its limit kept one definition through it (defined_at at or before window_start): a replaced
+-- limit counted its earlier decisions under its earlier scope. Empty when the invariant holds.
+WITH captured AS (
+    SELECT hw.account_id, hw.limit_id, hw.window_start, sum(h.captured_amount) AS total
+    FROM hold_windows hw
+    JOIN holds h ON h.account_id = hw.account_id AND h.id = hw.hold_id
+    WHERE h.status = 'captured'
+    GROUP BY hw.account_id, hw.limit_id, hw.window_start
+), decided AS (
+    SELECT l.account_id, l.id AS limit_id,
+           date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start,
+           sum(-e.amount - coalesce(h.captured_amount, 0)) AS total
+    FROM decisions d
+    JOIN ledger e ON e.account_id = d.account_id AND e.dedupe_key = 'decision:' || d.id
+    LEFT JOIN holds h ON h.account_id = d.account_id AND h.id = d.hold_id AND h.decision_id = d.id
+    JOIN spend_limits l
+        ON l.account_id = d.account_id
+       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN d.subject ELSE d.feature END)
+    GROUP BY 1, 2, 3
+)
+SELECT w.account_id, w.limit_id, w.window_start, w.spent,
+       (coalesce(c.total, 0) + coalesce(x.total, 0))::bigint AS counted
+FROM spend_windows w
+JOIN spend_limits l ON l.account_id = w.account_id AND l.id = w.limit_id
+LEFT JOIN captured c ON c.account_id = w.account_id AND c.limit_id = w.limit_id AND c.window_start = w.window_start
+LEFT JOIN decided x ON x.account_id = w.account_id AND x.limit_id = w.limit_id AND x.window_start = w.window_start
+WHERE l.defined_at <= w.window_start
+  AND w.spent <> coalesce(c.total, 0) + coalesce(x.total, 0)
+ORDER BY 1, 2, 3
+LIMIT 1000;
