@@ -196,8 +196,18 @@ func TestLimitWindowsRollOverAndResolve(t *testing.T) {
 	if err := auth("more", 1); !errors.Is(err, db.ErrLimitExceeded) {
 		t.Fatalf("a full window: %v, want limit exceeded", err)
 	}
-	// Yesterday, as far as the window and the hold know.
-	if _, err := pool.Exec(ctx, `UPDATE spend_windows SET window_start = window_start - interval '1 day' WHERE account_id = 'acct_roll'`); err != nil {
+	// Yesterday, as far as the window and the hold know: both moved in one statement, so that the
+	// foreign key between them holds at its end (to a value read first: a cluster computes no time in
+	// an UPDATE of a row's own column).
+	var yesterday time.Time
+	if err := pool.QueryRow(ctx, `SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 day'`).Scan(&yesterday); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pool.Exec(ctx, `WITH w AS (
+		UPDATE spend_windows SET window_start = $1 WHERE account_id = 'acct_roll' RETURNING limit_id
+	)
+	UPDATE hold_windows SET window_start = $1 WHERE account_id = 'acct_roll'`, yesterday)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if spent, held := window(); spent != 0 || held != 0 {
@@ -218,7 +228,7 @@ func TestLimitWindowsRollOverAndResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	var yesterdayHeld int64
-	err := pool.QueryRow(ctx, `SELECT held FROM spend_windows WHERE account_id = 'acct_roll' AND window_start < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`).Scan(&yesterdayHeld)
+	err = pool.QueryRow(ctx, `SELECT held FROM spend_windows WHERE account_id = 'acct_roll' AND window_start < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`).Scan(&yesterdayHeld)
 	if err != nil || yesterdayHeld != 0 {
 		t.Fatalf("yesterday's window after the void: held %d (%v), want 0", yesterdayHeld, err)
 	}
@@ -232,7 +242,11 @@ func TestLimitWindowsRollOverAndResolve(t *testing.T) {
 	if err := auth("over", 1); !errors.Is(err, db.ErrLimitExceeded) {
 		t.Fatalf("today's window full again: %v, want limit exceeded", err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE holds SET created_at = created_at - interval '2 hours', expires_at = now() - interval '1 minute' WHERE account_id = 'acct_roll' AND id = 'expiring'`); err != nil {
+	var created, expired time.Time
+	if err := pool.QueryRow(ctx, `SELECT now() - interval '2 hours', now() - interval '1 minute'`).Scan(&created, &expired); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE holds SET created_at = $1, expires_at = $2 WHERE account_id = 'acct_roll' AND id = 'expiring'`, created, expired); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExpireHolds(ctx, pool); err != nil {
@@ -349,7 +363,7 @@ func TestVerifyReportsTamperedWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Defined since before the window, so that its spent is recounted.
-			if _, err := pool.Exec(ctx, `UPDATE spend_limits SET defined_at = defined_at - interval '40 days'`); err != nil {
+			if _, err := pool.Exec(ctx, `UPDATE spend_limits SET defined_at = $1`, time.Now().AddDate(0, -2, 0)); err != nil {
 				t.Fatal(err)
 			}
 			verifyClean(t, pool)

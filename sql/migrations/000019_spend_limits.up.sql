@@ -128,7 +128,7 @@ CREATE TABLE hold_windows (
     CONSTRAINT hold_windows_pkey PRIMARY KEY (account_id, hold_id, limit_id),
     CONSTRAINT hold_windows_hold_fk FOREIGN KEY (account_id, hold_id) REFERENCES holds (account_id, id),
     CONSTRAINT hold_windows_window_fk FOREIGN KEY (account_id, limit_id, window_start)
-        REFERENCES spend_windows (account_id, limit_id, window_start) ON DELETE CASCADE ON UPDATE CASCADE
+        REFERENCES spend_windows (account_id, limit_id, window_start) ON DELETE CASCADE
 );
 
 COMMENT ON TABLE hold_windows IS
@@ -137,4 +137,4 @@ COMMENT ON TABLE hold_windows IS
 COMMENT ON CONSTRAINT hold_windows_pkey ON hold_windows IS 'A hold counts at most once per limit.';
 COMMENT ON CONSTRAINT hold_windows_hold_fk ON hold_windows IS 'Every pair names a stored hold.';
 COMMENT ON CONSTRAINT hold_windows_window_fk ON hold_windows IS
-    'Every pair names a stored window, goes with it when its limit is deleted, and follows it when an operator moves it.';
+    'Every pair names a stored window, and goes with it when its limit is deleted.';

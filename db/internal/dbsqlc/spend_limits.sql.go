@@ -37,7 +37,7 @@ INSERT INTO spend_limits (account_id, id, scope, scope_value, period, amount, mo
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (account_id, id) DO UPDATE
 SET scope = EXCLUDED.scope, scope_value = EXCLUDED.scope_value, period = EXCLUDED.period,
-    amount = EXCLUDED.amount, mode = EXCLUDED.mode, defined_at = now()
+    amount = EXCLUDED.amount, mode = EXCLUDED.mode, defined_at = EXCLUDED.defined_at
 RETURNING account_id, id, scope, scope_value, period, amount, mode, created_at, defined_at
 `
 
@@ -54,7 +54,8 @@ type SpendLimitsPutParams struct {
 // Spend limits (SPEC §16): an account's caps per calendar period. Windows are counted in
 // spend_windows.sql; the admission rule is part of HoldsInsertGroup.
 // Creates the limit, or replaces its definition (scope, value, period, amount, mode) keeping its windows
-// and what they counted; defined_at moves to now. Fails with spend_limits_account_fk when the account does
+// and what they counted; defined_at moves to now (the proposed row's default: a cluster takes no
+// function call in DO UPDATE SET). Fails with spend_limits_account_fk when the account does
 // not exist, and with the limit's named checks on bad input.
 func (q *Queries) SpendLimitsPut(ctx context.Context, arg SpendLimitsPutParams) (SpendLimit, error) {
 	row := q.db.QueryRow(ctx, spendLimitsPut,
