@@ -177,7 +177,7 @@ func Limits(ctx context.Context, q Conn, accountID string) ([]Limit, error) {
 
 // countDecisions counts, in the billing transaction that posted them, what the billed decisions spent
 // beyond the hold each captured (captures, from HoldsCaptureForDecisions, moved that part already) in
-// the windows of the limits that apply: the windows are opened, then moved set-based by SpendWindowsBill.
+// the windows of the limits that apply, set-based, in one statement (SpendWindowsBill).
 // Returns what hard limits' windows took past their caps.
 func countDecisions(ctx context.Context, q *dbsqlc.Queries, posted []Entry, captures []DecisionHold) (int64, error) {
 	captured := make(map[string]int64, len(captures))
@@ -194,10 +194,6 @@ func countDecisions(ctx context.Context, q *dbsqlc.Queries, posted []Entry, capt
 	}
 	if len(decisions) == 0 {
 		return 0, nil
-	}
-	err := q.SpendWindowsOpenForDecisions(ctx, dbsqlc.SpendWindowsOpenForDecisionsParams{AccountIDs: accounts, DecisionIDs: decisions})
-	if err != nil {
-		return 0, fmt.Errorf("open spend windows of %d decisions: %w", len(decisions), MapError(err))
 	}
 	moved, err := q.SpendWindowsBill(ctx, dbsqlc.SpendWindowsBillParams{AccountIDs: accounts, DecisionIDs: decisions, Amounts: amounts})
 	if err != nil {

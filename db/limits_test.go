@@ -269,8 +269,10 @@ func TestLimitBillingCountsDecisionsAndOvershoot(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := context.Background()
 	limitedAccount(t, pool, "acct_bill", 1_000_000, map[string]db.LimitDefinition{
-		"daily": {Scope: db.ScopeAccount, Period: "day", Amount: 100, Mode: db.LimitHard},
-		"agent": {Scope: db.ScopeSubject, ScopeValue: "agent-7", Period: "month", Amount: 1000, Mode: db.LimitSoft},
+		"daily":      {Scope: db.ScopeAccount, Period: "day", Amount: 100, Mode: db.LimitHard},
+		"agent":      {Scope: db.ScopeSubject, ScopeValue: "agent-7", Period: "month", Amount: 1000, Mode: db.LimitSoft},
+		"chat":       {Scope: db.ScopeFeature, ScopeValue: "chat", Period: "week", Amount: 20, Mode: db.LimitSoft},
+		"chat-daily": {Scope: db.ScopeFeature, ScopeValue: "chat", Period: "day", Amount: 10, Mode: db.LimitHard},
 	})
 	ledger := dbtest.Ledger(t, pool)
 	if _, err := db.AuthoriseHold(ctx, pool, "acct_bill", db.HoldRequest{ID: "h1", Amount: 30, ExpiresIn: time.Hour, Subject: "agent-7"}); err != nil {
@@ -297,6 +299,19 @@ func TestLimitBillingCountsDecisionsAndOvershoot(t *testing.T) {
 	daily := currentWindow(t, pool, "acct_bill", "daily")
 	if daily.Spent != 135 || daily.Held != 0 || daily.Over != 35 || daily.Remaining() != 0 {
 		t.Fatalf("daily: spent %d held %d over %d, want 135, 0, 35", daily.Spent, daily.Held, daily.Over)
+	}
+	// Windows nothing counted in before billing: opened by it, with what it counted.
+	chat := currentWindow(t, pool, "acct_bill", "chat")
+	chatDaily := currentWindow(t, pool, "acct_bill", "chat-daily")
+	if chat.Spent != 25 || chat.Over != 0 || chatDaily.Spent != 25 || chatDaily.Over != 15 {
+		t.Fatalf("chat: spent %d over %d, want 25 and 0; chat-daily: spent %d over %d, want 25 and 15", chat.Spent, chat.Over, chatDaily.Spent, chatDaily.Over)
+	}
+	var reached []db.LimitReached
+	if err := db.InTx(ctx, pool, func(tx db.Tx) (err error) { reached, err = db.TakeLimitsReached(ctx, tx); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(reached) != 1 || reached[0].LimitID != "chat" {
+		t.Fatalf("limit.reached for %+v, want chat only", reached)
 	}
 	agent := currentWindow(t, pool, "acct_bill", "agent")
 	if agent.Spent != 110 || agent.Held != 0 || agent.Over != 0 {

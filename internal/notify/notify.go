@@ -234,6 +234,8 @@ const (
 	TypeRechargeFailed         = "recharge.failed"
 	TypeRechargeDisabled       = "recharge.disabled"
 	TypeRechargeActionRequired = "recharge.action_required"
+	// TypeLimitReached: a soft spend limit's window reached its cap (SPEC §16), once per window.
+	TypeLimitReached = "limit.reached"
 )
 
 // EventArgs is one account event notification job, fixed when its row is swept from the outbox, so

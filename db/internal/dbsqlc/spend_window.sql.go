@@ -11,34 +11,48 @@ import (
 )
 
 const spendWindowsBill = `-- name: SpendWindowsBill :many
-WITH counted AS (
-    SELECT l.account_id, l.id AS limit_id, l.amount AS cap, l.mode, b.amount,
-           date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start
+WITH daily AS (
+    SELECT d.account_id, d.subject, d.feature, date_trunc('day', d.received_at AT TIME ZONE 'UTC') AS day,
+           sum(b.amount) AS amount
     FROM (
-        SELECT ($1::text[])[i] AS account_id, ($2::text[])[i] AS decision_id,
-               ($3::bigint[])[i] AS amount
-        FROM generate_subscripts($2::text[], 1) AS i
+        -- Set-returning functions in one select list run in lockstep: the arrays zipped, each read once.
+        SELECT unnest($1::text[]) AS account_id, unnest($2::text[]) AS decision_id,
+               unnest($3::bigint[]) AS amount
     ) b
     JOIN decisions d ON d.account_id = b.account_id AND d.id = b.decision_id
-    JOIN spend_limits l
-        ON l.account_id = d.account_id
-       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN d.subject ELSE d.feature END)
+    GROUP BY 1, 2, 3, 4
 ), per_window AS (
-    SELECT account_id, limit_id, window_start, min(cap) AS cap, min(mode) AS mode, sum(amount) AS amount, now() AS at
-    FROM counted
-    GROUP BY account_id, limit_id, window_start
+    SELECT l.account_id, l.id AS limit_id, min(l.amount) AS cap, min(l.mode) AS mode,
+           date_trunc(l.period, c.day) AT TIME ZONE 'UTC' AS window_start, sum(c.amount) AS amount, now() AS at
+    FROM daily c
+    JOIN spend_limits l
+        ON l.account_id = c.account_id
+       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN c.subject ELSE c.feature END)
+    GROUP BY l.account_id, l.id, date_trunc(l.period, c.day)
+), opened AS (
+    INSERT INTO spend_windows (account_id, limit_id, window_start, spent, over, reached_at)
+    SELECT account_id, limit_id, window_start, amount,
+           CASE WHEN mode = 'hard' THEN greatest(0, amount - cap) ELSE 0 END,
+           CASE WHEN mode = 'soft' AND amount >= cap THEN at END
+    FROM per_window
+    ON CONFLICT ON CONSTRAINT spend_windows_pkey DO NOTHING
+    RETURNING account_id, limit_id, window_start, over
+), moved AS (
+    UPDATE spend_windows w
+    SET spent = w.spent + p.amount,
+        over = w.over + CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held + p.amount - p.cap)) ELSE 0 END,
+        reached_at = CASE WHEN p.mode = 'soft' AND w.reached_at IS NULL AND w.spent + w.held + p.amount >= p.cap
+                          THEN p.at ELSE w.reached_at END
+    FROM per_window p
+    WHERE w.account_id = p.account_id
+      AND w.limit_id = p.limit_id
+      AND w.window_start = p.window_start
+    RETURNING w.account_id, w.limit_id, w.window_start,
+              CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held - p.cap)) ELSE 0 END AS over
 )
-UPDATE spend_windows w
-SET spent = w.spent + p.amount,
-    over = w.over + CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held + p.amount - p.cap)) ELSE 0 END,
-    reached_at = CASE WHEN p.mode = 'soft' AND w.reached_at IS NULL AND w.spent + w.held + p.amount >= p.cap
-                      THEN p.at ELSE w.reached_at END
-FROM per_window p
-WHERE w.account_id = p.account_id
-  AND w.limit_id = p.limit_id
-  AND w.window_start = p.window_start
-RETURNING w.account_id, w.limit_id, w.window_start,
-          (CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held - p.cap)) ELSE 0 END)::bigint AS over_now
+SELECT account_id, limit_id, window_start, over::bigint AS over_now FROM opened
+UNION ALL
+SELECT account_id, limit_id, window_start, over::bigint AS over_now FROM moved
 `
 
 type SpendWindowsBillParams struct {
@@ -55,11 +69,14 @@ type SpendWindowsBillRow struct {
 }
 
 // In the billing transaction that posted them: counts what billed decisions spent beyond their hold
-// (amounts, in lockstep with the decisions; the captured part is moved by HoldsCaptureForDecisions) as
-// spent in the window of their received_at of every limit that applies, set-based. Billed in full
-// whatever the cap (the work was done): what a hard limit's window takes past its cap is counted in over;
-// a soft limit's window reaching its cap records reached_at (limit.reached, once per window). Returns
-// the windows moved with the overshoot each took now.
+// (amounts, in lockstep with the decisions, of locked accounts; the captured part is moved by
+// HoldsCaptureForDecisions) as spent, in the window of their received_at of every limit that applies,
+// set-based, in one statement: the decisions summed per account, subject, feature and UTC day (every
+// period is whole days), then per window; a window nothing counted in yet is inserted with its counts,
+// the others updated (the UPDATE's snapshot does not see the rows the INSERT adds, so nothing is counted
+// twice). Billed in full whatever the cap (the work was done): what a hard limit's window takes past its
+// cap is counted in over; a soft limit's window reaching its cap records reached_at (limit.reached,
+// once per window). Returns the windows moved with the overshoot each took now.
 func (q *Queries) SpendWindowsBill(ctx context.Context, arg SpendWindowsBillParams) ([]SpendWindowsBillRow, error) {
 	rows, err := q.db.Query(ctx, spendWindowsBill, arg.AccountIDs, arg.DecisionIDs, arg.Amounts)
 	if err != nil {
@@ -206,32 +223,6 @@ func (q *Queries) SpendWindowsOpen(ctx context.Context, accountID string) ([]Spe
 		return nil, err
 	}
 	return items, nil
-}
-
-const spendWindowsOpenForDecisions = `-- name: SpendWindowsOpenForDecisions :exec
-INSERT INTO spend_windows (account_id, limit_id, window_start)
-SELECT DISTINCT l.account_id, l.id, date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-FROM (
-    SELECT ($1::text[])[i] AS account_id, ($2::text[])[i] AS decision_id
-    FROM generate_subscripts($2::text[], 1) AS i
-) b
-JOIN decisions d ON d.account_id = b.account_id AND d.id = b.decision_id
-JOIN spend_limits l
-    ON l.account_id = d.account_id
-   AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN d.subject ELSE d.feature END)
-ON CONFLICT ON CONSTRAINT spend_windows_pkey DO NOTHING
-`
-
-type SpendWindowsOpenForDecisionsParams struct {
-	AccountIDs  []string
-	DecisionIDs []string
-}
-
-// In the billing transaction, before SpendWindowsBill: opens the window (of its received_at) of every
-// limit that applies to the billed decisions (the arrays in lockstep, of locked accounts).
-func (q *Queries) SpendWindowsOpenForDecisions(ctx context.Context, arg SpendWindowsOpenForDecisionsParams) error {
-	_, err := q.db.Exec(ctx, spendWindowsOpenForDecisions, arg.AccountIDs, arg.DecisionIDs)
-	return err
 }
 
 const spendWindowsRelease = `-- name: SpendWindowsRelease :exec
