@@ -56,14 +56,20 @@ type holdResponse struct {
 
 // holdRoute is the {id} and {hold_id} of an /v1/accounts/{id}/holds/{hold_id} route, checked.
 func holdRoute(r *http.Request) (account, hold string, err error) {
+	return accountRoute(r, "hold_id", holdIDPattern, "hold id must be 1-128 characters of [A-Za-z0-9_.:-]")
+}
+
+// accountRoute is the {id} and the {name} of an /v1/accounts/{id}/… route, checked: {name} against
+// pattern, or 400 invalid_{name} with message.
+func accountRoute(r *http.Request, name string, pattern idPattern, message string) (account, id string, err error) {
 	if account, err = accountID(r); err != nil {
 		return "", "", err
 	}
-	hold = mux.Vars(r)["hold_id"]
-	if !holdIDPattern.MatchString(hold) {
-		return "", "", badRequest("invalid_hold_id", "hold id must be 1-128 characters of [A-Za-z0-9_.:-]")
+	id = mux.Vars(r)[name]
+	if !pattern.MatchString(id) {
+		return "", "", badRequest("invalid_"+name, message)
 	}
-	return account, hold, nil
+	return account, id, nil
 }
 
 // handlePostHold authorises a hold: 201 when this call reserved it; 200 with the stored hold (whatever

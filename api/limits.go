@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gorilla/mux"
-
 	"github.com/onceledger/onceledger/db"
 )
 
@@ -50,14 +48,7 @@ type limitsResponse struct {
 
 // limitRoute is the {id} and {limit_id} of an /v1/accounts/{id}/limits/{limit_id} route, checked.
 func limitRoute(r *http.Request) (account, limit string, err error) {
-	if account, err = accountID(r); err != nil {
-		return "", "", err
-	}
-	limit = mux.Vars(r)["limit_id"]
-	if !limitIDPattern.MatchString(limit) {
-		return "", "", badRequest("invalid_limit_id", "limit id must be 1-64 characters of [A-Za-z0-9_.:-]")
-	}
-	return account, limit, nil
+	return accountRoute(r, "limit_id", limitIDPattern, "limit id must be 1-64 characters of [A-Za-z0-9_.:-]")
 }
 
 // handlePutLimit creates or replaces a spend limit (what its windows counted stays) and answers the

@@ -306,11 +306,7 @@ func TestLimitBillingCountsDecisionsAndOvershoot(t *testing.T) {
 	if chat.Spent != 25 || chat.Over != 0 || chatDaily.Spent != 25 || chatDaily.Over != 15 {
 		t.Fatalf("chat: spent %d over %d, want 25 and 0; chat-daily: spent %d over %d, want 25 and 15", chat.Spent, chat.Over, chatDaily.Spent, chatDaily.Over)
 	}
-	var reached []db.LimitReached
-	if err := db.InTx(ctx, pool, func(tx db.Tx) (err error) { reached, err = db.TakeLimitsReached(ctx, tx); return err }); err != nil {
-		t.Fatal(err)
-	}
-	if len(reached) != 1 || reached[0].LimitID != "chat" {
+	if reached := takeReached(t, pool); len(reached) != 1 || reached[0].LimitID != "chat" {
 		t.Fatalf("limit.reached for %+v, want chat only", reached)
 	}
 	agent := currentWindow(t, pool, "acct_bill", "agent")
@@ -337,27 +333,29 @@ func TestSoftLimitReachedOncePerWindow(t *testing.T) {
 			t.Fatalf("a soft limit refuses nothing: %v", err)
 		}
 	}
-	take := func() []db.LimitReached {
-		var out []db.LimitReached
-		err := db.InTx(ctx, pool, func(tx db.Tx) error {
-			var err error
-			out, err = db.TakeLimitsReached(ctx, tx)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	if got := take(); len(got) != 1 || got[0].LimitID != "warn" || got[0].Held != 200 {
+	if got := takeReached(t, pool); len(got) != 1 || got[0].LimitID != "warn" || got[0].Held != 200 {
 		t.Fatalf("limit.reached: %+v, want one for warn", got)
 	}
-	if got := take(); len(got) != 0 {
+	if got := takeReached(t, pool); len(got) != 0 {
 		t.Fatalf("limit.reached taken twice: %+v", got)
 	}
 	if w := currentWindow(t, pool, "acct_soft", "warn"); w.Held != 200 || w.Remaining() != 0 {
 		t.Fatalf("soft window: held %d remaining %d, want 200 and 0", w.Held, w.Remaining())
 	}
+}
+
+// takeReached takes the windows whose limit.reached is still to enqueue, as the sweeper does.
+func takeReached(t *testing.T, pool *pgxpool.Pool) []db.LimitReached {
+	t.Helper()
+	var out []db.LimitReached
+	err := db.InTx(context.Background(), pool, func(tx db.Tx) (err error) {
+		out, err = db.TakeLimitsReached(context.Background(), tx)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // Each verify check of the windows reports a window tampered with.
