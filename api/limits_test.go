@@ -131,7 +131,14 @@ func TestLimitsAPIValidationAndLifecycle(t *testing.T) {
 	authorise(s, "acct_v", map[string]any{"id": "h2", "amount": 60, "subject": "alice@example.com"}).want(t, http.StatusCreated, "")
 	s.call(http.MethodDelete, "/v1/accounts/acct_v/limits/alice", nil).want(t, http.StatusNoContent, "")
 	s.call(http.MethodDelete, "/v1/accounts/acct_v/limits/alice", nil).want(t, http.StatusNotFound, "limit_not_found")
-	// The holds it counted are resolved as usual.
+	// The holds it counted are resolved as usual, and a limit created again under its id never counted
+	// them: their release leaves its window alone.
+	putLimit(s, "acct_v", "alice", valid).want(t, http.StatusOK, "")
+	authorise(s, "acct_v", map[string]any{"id": "h4", "amount": 30, "subject": "alice@example.com"}).want(t, http.StatusCreated, "")
 	void(s, "acct_v", "h1").want(t, http.StatusOK, "")
+	capture(s, "acct_v", "h2", nil).want(t, http.StatusOK, "")
+	if w := limitWindow(s, "acct_v", "alice"); w["held"] != float64(30) || w["spent"] != float64(0) {
+		t.Fatalf("the limit created again: %v, want only h4's 30 held", w)
+	}
 	s.wantClean()
 }

@@ -34,9 +34,8 @@ var accountTables = []string{
 	"recharge_attempts",
 	"balance_alerts",
 	"stripe_drift",
-	"spend_limits", // before the tables whose foreign keys name it
+	"spend_limits", // before spend_windows, whose foreign key names it
 	"spend_windows",
-	"hold_windows",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.

@@ -48,6 +48,9 @@ type Hold struct {
 	ResolvedAt *time.Time
 	Subject    string // empty: none
 	Feature    string // empty: none
+	// LimitIDs are the spend limits the hold was counted against, each in the window of WindowStarts.
+	LimitIDs     []string
+	WindowStarts []time.Time
 }
 
 // HoldRequest asks for a hold: the caller's id, the amount, how long it lives, and who spends it on
@@ -66,7 +69,7 @@ func holdFromRow(r dbsqlc.Hold) Hold {
 	h := Hold{
 		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, DecisionID: deref(r.DecisionID),
 		ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
-		Subject: deref(r.Subject), Feature: deref(r.Feature),
+		Subject: deref(r.Subject), Feature: deref(r.Feature), LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts,
 	}
 	if r.CapturedAmount != nil {
 		h.CapturedAmount = *r.CapturedAmount
@@ -153,7 +156,7 @@ func holdFromInserted(r dbsqlc.HoldsInsertGroupRow) Hold {
 	return holdFromRow(dbsqlc.Hold{
 		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
 		DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
-		Subject: r.Subject, Feature: r.Feature,
+		Subject: r.Subject, Feature: r.Feature, LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts,
 	})
 }
 
@@ -398,8 +401,12 @@ func releaseHeld(ctx context.Context, q *dbsqlc.Queries, h Hold) error {
 	if _, err := q.AccountsHeldRelease(ctx, dbsqlc.AccountsHeldReleaseParams{ID: h.AccountID, Amount: h.Amount}); err != nil {
 		return fmt.Errorf("release hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
 	}
+	if len(h.LimitIDs) == 0 {
+		return nil
+	}
 	err := q.SpendWindowsRelease(ctx, dbsqlc.SpendWindowsReleaseParams{
-		AccountID: h.AccountID, HoldID: h.ID, Amount: h.Amount, Captured: h.CapturedAmount,
+		AccountID: h.AccountID, LimitIDs: h.LimitIDs, WindowStarts: h.WindowStarts, HoldCreatedAt: h.CreatedAt,
+		Amount: h.Amount, Captured: h.CapturedAmount,
 	})
 	if err != nil {
 		return fmt.Errorf("release hold %s of %s from its spend windows: %w", h.ID, h.AccountID, MapError(err))

@@ -196,18 +196,16 @@ func TestLimitWindowsRollOverAndResolve(t *testing.T) {
 	if err := auth("more", 1); !errors.Is(err, db.ErrLimitExceeded) {
 		t.Fatalf("a full window: %v, want limit exceeded", err)
 	}
-	// Yesterday, as far as the window and the hold know: both moved in one statement, so that the
-	// foreign key between them holds at its end (to a value read first: a cluster computes no time in
-	// an UPDATE of a row's own column).
+	// Yesterday, as far as the window and the hold know (a value read first: a cluster computes no time
+	// from a row's own column in an UPDATE).
 	var yesterday time.Time
 	if err := pool.QueryRow(ctx, `SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '1 day'`).Scan(&yesterday); err != nil {
 		t.Fatal(err)
 	}
-	_, err := pool.Exec(ctx, `WITH w AS (
-		UPDATE spend_windows SET window_start = $1 WHERE account_id = 'acct_roll' RETURNING limit_id
-	)
-	UPDATE hold_windows SET window_start = $1 WHERE account_id = 'acct_roll'`, yesterday)
-	if err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE spend_windows SET window_start = $1 WHERE account_id = 'acct_roll'`, yesterday); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE holds SET window_starts = ARRAY[$1::timestamptz] WHERE account_id = 'acct_roll' AND id = 'old'`, yesterday); err != nil {
 		t.Fatal(err)
 	}
 	if spent, held := window(); spent != 0 || held != 0 {
@@ -228,7 +226,7 @@ func TestLimitWindowsRollOverAndResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	var yesterdayHeld int64
-	err = pool.QueryRow(ctx, `SELECT held FROM spend_windows WHERE account_id = 'acct_roll' AND window_start < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`).Scan(&yesterdayHeld)
+	err := pool.QueryRow(ctx, `SELECT held FROM spend_windows WHERE account_id = 'acct_roll' AND window_start < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'`).Scan(&yesterdayHeld)
 	if err != nil || yesterdayHeld != 0 {
 		t.Fatalf("yesterday's window after the void: held %d (%v), want 0", yesterdayHeld, err)
 	}
@@ -242,11 +240,12 @@ func TestLimitWindowsRollOverAndResolve(t *testing.T) {
 	if err := auth("over", 1); !errors.Is(err, db.ErrLimitExceeded) {
 		t.Fatalf("today's window full again: %v, want limit exceeded", err)
 	}
-	var created, expired time.Time
-	if err := pool.QueryRow(ctx, `SELECT now() - interval '2 hours', now() - interval '1 minute'`).Scan(&created, &expired); err != nil {
+	// Its time up a millisecond after it was authorised (read first, for the cluster).
+	var created time.Time
+	if err := pool.QueryRow(ctx, `SELECT created_at FROM holds WHERE account_id = 'acct_roll' AND id = 'expiring'`).Scan(&created); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE holds SET created_at = $1, expires_at = $2 WHERE account_id = 'acct_roll' AND id = 'expiring'`, created, expired); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE holds SET expires_at = $1 WHERE account_id = 'acct_roll' AND id = 'expiring'`, created.Add(time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExpireHolds(ctx, pool); err != nil {

@@ -11,8 +11,11 @@
 ALTER TABLE holds
     ADD COLUMN subject text,
     ADD COLUMN feature text,
+    ADD COLUMN limit_ids text[] NOT NULL DEFAULT '{}',
+    ADD COLUMN window_starts timestamptz[] NOT NULL DEFAULT '{}',
     ADD CONSTRAINT holds_subject_format_check CHECK (subject ~ '^[A-Za-z0-9_.:@-]{1,128}$') NOT VALID,
-    ADD CONSTRAINT holds_feature_format_check CHECK (feature ~ '^[A-Za-z0-9_.:-]{1,64}$') NOT VALID;
+    ADD CONSTRAINT holds_feature_format_check CHECK (feature ~ '^[A-Za-z0-9_.:-]{1,64}$') NOT VALID,
+    ADD CONSTRAINT holds_windows_check CHECK (cardinality(limit_ids) = cardinality(window_starts)) NOT VALID;
 ALTER TABLE decisions
     ADD COLUMN subject text,
     ADD COLUMN feature text,
@@ -21,6 +24,12 @@ ALTER TABLE decisions
 
 COMMENT ON COLUMN holds.subject IS 'Who the hold spends for (a user, an API client, an agent); NULL: nobody named.';
 COMMENT ON COLUMN holds.feature IS 'What the hold spends on; NULL: nothing named.';
+COMMENT ON COLUMN holds.limit_ids IS
+    'The spend limits the hold was counted against when it was authorised (those that applied then), in '
+    'lockstep with window_starts: its capture, void or expiry moves exactly those windows, whatever the '
+    'limits became since. A limit created after the hold (spend_limits.created_at) is never moved by it.';
+COMMENT ON COLUMN holds.window_starts IS 'The start of the window of each of limit_ids the hold was counted in.';
+COMMENT ON CONSTRAINT holds_windows_check ON holds IS 'One window start per limit the hold was counted against.';
 COMMENT ON COLUMN decisions.subject IS 'Who the decision spent for; NULL: nobody named.';
 COMMENT ON COLUMN decisions.feature IS 'What the decision spent on; NULL: nothing named.';
 COMMENT ON CONSTRAINT holds_subject_format_check ON holds IS
@@ -95,7 +104,7 @@ COMMENT ON TABLE spend_windows IS
     'and billed decisions), over (what decisions billed beyond a hard cap). Created by the first statement '
     'that counts in it (INSERT ... ON CONFLICT DO NOTHING under the account''s lock), moved only under it.';
 COMMENT ON COLUMN spend_windows.held IS
-    'The amounts of the holds in held counted here (hold_windows): moved by the authorisation (conditionally, '
+    'The amounts of the holds in held counted here (holds.limit_ids, window_starts): moved by the authorisation (conditionally, '
     'for a hard limit: spent + held + amount <= cap), released by capture, void and expiry.';
 COMMENT ON COLUMN spend_windows.spent IS
     'Captured amounts of the holds counted here, plus what billed decisions spent beyond their hold.';
@@ -117,24 +126,3 @@ COMMENT ON CONSTRAINT spend_windows_reached_check ON spend_windows IS 'limit.rea
 CREATE INDEX spend_windows_reached_outbox_idx ON spend_windows (account_id)
     WHERE reached_at IS NOT NULL AND reached_enqueued_at IS NULL;
 COMMENT ON INDEX spend_windows_reached_outbox_idx IS 'Finds the windows whose limit.reached is still to enqueue.';
-
--- A hold counts in the windows current at its authorisation, whatever the limits become later: each
--- pair is recorded, so that the capture, void or expiry releases exactly the windows that counted it.
-CREATE TABLE hold_windows (
-    account_id   text        NOT NULL,
-    hold_id      text        NOT NULL,
-    limit_id     text        NOT NULL,
-    window_start timestamptz NOT NULL,
-    CONSTRAINT hold_windows_pkey PRIMARY KEY (account_id, hold_id, limit_id),
-    CONSTRAINT hold_windows_hold_fk FOREIGN KEY (account_id, hold_id) REFERENCES holds (account_id, id),
-    CONSTRAINT hold_windows_window_fk FOREIGN KEY (account_id, limit_id, window_start)
-        REFERENCES spend_windows (account_id, limit_id, window_start) ON DELETE CASCADE
-);
-
-COMMENT ON TABLE hold_windows IS
-    'The windows a hold was counted in when it was authorised (the window_start of each applicable limit '
-    'then): its capture moves its amount from held to spent there, its void or expiry releases it there.';
-COMMENT ON CONSTRAINT hold_windows_pkey ON hold_windows IS 'A hold counts at most once per limit.';
-COMMENT ON CONSTRAINT hold_windows_hold_fk ON hold_windows IS 'Every pair names a stored hold.';
-COMMENT ON CONSTRAINT hold_windows_window_fk ON hold_windows IS
-    'Every pair names a stored window, and goes with it when its limit is deleted.';

@@ -7,7 +7,7 @@
 -- name: HoldsGetByIDs :many
 -- The account's stored holds among ids: in a group of authorisations, those members are replays or
 -- conflicts, answered before admission and never inserted again.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = @account_id
   AND id = ANY(@ids::text[]);
@@ -19,34 +19,39 @@ WHERE account_id = @account_id
 -- against its current rows; the statement keeps every condition all the same, and says whether each held:
 -- reserved, the available balance (balance - held) covers their sum; within_limits, every window of a
 -- limit that applies to them (scope account, or their subject or feature) took their sum, a hard limit's
--- only while spent + held + sum <= its cap. Each hold is counted in hold_windows in the window of each
--- limit that applies. A false flag means the plan was wrong (or, for a single authorisation, the refusal):
--- the caller rolls back, and nothing is kept. A soft limit's window reaching its cap records reached_at
--- (limit.reached, once per window). holds_pkey still holds: an id inserted before (a replay) or meanwhile
--- by another transaction returns no row for it, and the caller rolls back and plans the group again with
--- the stored ids read first.
-WITH inserted AS (
-    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature)
-    SELECT @account_id::text,
-           unnest(@ids::text[]),
-           unnest(@amounts::bigint[]),
-           now() + make_interval(secs => unnest(@expires_in_seconds::double precision[])),
-           nullif(unnest(@subjects::text[]), ''),
-           nullif(unnest(@features::text[]), '')
+-- only while spent + held + sum <= its cap. Each hold records the limits it was counted against and
+-- their windows (limit_ids, window_starts). A false flag means the plan was wrong (or, for a single
+-- authorisation, the refusal): the caller rolls back, and nothing is kept. A soft limit's window reaching
+-- its cap records reached_at (limit.reached, once per window). holds_pkey still holds: an id inserted
+-- before (a replay) or meanwhile by another transaction returns no row for it, and the caller rolls back
+-- and plans the group again with the stored ids read first.
+WITH batch AS (
+    -- Set-returning functions in one select list run in lockstep: the arrays zipped.
+    SELECT unnest(@ids::text[]) AS id, unnest(@amounts::bigint[]) AS amount,
+           unnest(@expires_in_seconds::double precision[]) AS ttl,
+           nullif(unnest(@subjects::text[]), '') AS subject, nullif(unnest(@features::text[]), '') AS feature
+), inserted AS (
+    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
+    SELECT @account_id::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
+           coalesce(w.limit_ids, '{}'), coalesce(w.window_starts, '{}')
+    FROM batch b
+    LEFT JOIN LATERAL (
+        -- The limits that apply to the hold, each in its current window.
+        SELECT array_agg(l.id ORDER BY l.id) AS limit_ids,
+               array_agg(date_trunc(l.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' ORDER BY l.id) AS window_starts
+        FROM spend_limits l
+        WHERE l.account_id = @account_id::text
+          AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN b.subject ELSE b.feature END)
+    ) w ON true
     ON CONFLICT (account_id, id) DO NOTHING
-    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
-), counted AS (
-    -- Each hold in the current window of each limit that applies to it.
-    SELECT i.id AS hold_id, i.amount, l.id AS limit_id, l.amount AS cap, l.mode,
-           date_trunc(l.period, i.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start
-    FROM inserted i
-    JOIN spend_limits l
-        ON l.account_id = i.account_id
-       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN i.subject ELSE i.feature END)
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 ), per_window AS (
-    SELECT limit_id, window_start, min(cap) AS cap, min(mode) AS mode, sum(amount) AS amount, now() AS at
-    FROM counted
-    GROUP BY limit_id, window_start
+    SELECT l.id AS limit_id, i.window_starts[k] AS window_start, min(l.amount) AS cap, min(l.mode) AS mode,
+           sum(i.amount) AS amount, now() AS at
+    FROM inserted i
+    CROSS JOIN LATERAL generate_subscripts(i.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = i.account_id AND l.id = i.limit_ids[k]
+    GROUP BY l.id, i.window_starts[k]
 ), limited AS (
     -- The admission rule of a hard limit, on the locked row: never past its cap.
     UPDATE spend_windows w
@@ -59,10 +64,6 @@ WITH inserted AS (
       AND w.window_start = p.window_start
       AND (p.mode = 'soft' OR w.spent + w.held + p.amount <= p.cap)
     RETURNING w.limit_id
-), recorded AS (
-    INSERT INTO hold_windows (account_id, hold_id, limit_id, window_start)
-    SELECT @account_id::text, hold_id, limit_id, window_start
-    FROM counted
 ), reserved AS (
     UPDATE accounts
     SET held = held + (SELECT sum(amount) FROM inserted)
@@ -72,13 +73,13 @@ WITH inserted AS (
 )
 SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
        inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
-       inserted.feature, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
+       inserted.feature, inserted.limit_ids, inserted.window_starts, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
        ((SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
 FROM inserted;
 
 -- name: HoldsGet :one
 -- Returns no row when the account has no hold with this id.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = @account_id
   AND id = @id;
@@ -95,7 +96,7 @@ WHERE account_id = @account_id
   AND status = 'held'
   AND expires_at > now()
   AND amount >= coalesce(sqlc.narg(amount)::bigint, amount)
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature;
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts;
 
 -- name: HoldsVoid :one
 -- Moves the hold out of held, at most once: to voided, or to expired when its time is already up on
@@ -107,7 +108,7 @@ SET status = holds_resolution(expires_at, now()), resolved_at = now()
 WHERE account_id = @account_id
   AND id = @id
   AND status = 'held'
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature;
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts;
 
 -- name: HoldsExpiredAccounts :many
 -- Accounts with holds still held whose time is up on the database clock, at most max_accounts of them
@@ -132,7 +133,7 @@ WITH expired AS (
     WHERE h.account_id = locked.account_id
       AND h.status = 'held'
       AND h.expires_at <= now()
-    RETURNING h.account_id, h.id, h.amount
+    RETURNING h.account_id, h.id, h.amount, h.created_at, h.limit_ids, h.window_starts
 ), per_account AS (
     SELECT account_id, count(*)::bigint AS holds, sum(amount)::bigint AS released
     FROM expired
@@ -144,14 +145,16 @@ WITH expired AS (
     FROM per_account p
     WHERE a.id = p.account_id
 ), windows_released AS (
-    -- And from the spend windows each hold was counted in (hold_windows).
+    -- And from the spend windows each hold was counted in (its limit_ids and window_starts; a limit
+    -- created after the hold, under an id it names, never counted it).
     UPDATE spend_windows w
     SET held = w.held - c.released
     FROM (
-        SELECT hw.account_id, hw.limit_id, hw.window_start, sum(e.amount) AS released
+        SELECT e.account_id, l.id AS limit_id, e.window_starts[k] AS window_start, sum(e.amount) AS released
         FROM expired e
-        JOIN hold_windows hw ON hw.account_id = e.account_id AND hw.hold_id = e.id
-        GROUP BY hw.account_id, hw.limit_id, hw.window_start
+        CROSS JOIN LATERAL generate_subscripts(e.limit_ids, 1) AS k
+        JOIN spend_limits l ON l.account_id = e.account_id AND l.id = e.limit_ids[k] AND l.created_at <= e.created_at
+        GROUP BY e.account_id, l.id, e.window_starts[k]
     ) c
     WHERE w.account_id = c.account_id
       AND w.limit_id = c.limit_id
@@ -189,7 +192,8 @@ WITH named AS (
       AND h.id = n.hold_id
       AND h.status = 'held'
       AND n.received_at BETWEEN h.created_at AND h.expires_at
-    RETURNING h.account_id, h.id, h.amount, h.captured_amount, n.id AS decision_id, n.cost
+    RETURNING h.account_id, h.id, h.amount, h.captured_amount, h.created_at, h.limit_ids, h.window_starts,
+              n.id AS decision_id, n.cost
 ), per_account AS (
     SELECT account_id, sum(amount)::bigint AS released
     FROM captured
@@ -205,11 +209,12 @@ WITH named AS (
     UPDATE spend_windows w
     SET held = w.held - c.released, spent = w.spent + c.captured
     FROM (
-        SELECT hw.account_id, hw.limit_id, hw.window_start, sum(k.amount) AS released,
-               sum(k.captured_amount) AS captured
-        FROM captured k
-        JOIN hold_windows hw ON hw.account_id = k.account_id AND hw.hold_id = k.id
-        GROUP BY hw.account_id, hw.limit_id, hw.window_start
+        SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.amount) AS released,
+               sum(h.captured_amount) AS captured
+        FROM captured h
+        CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+        JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
+        GROUP BY h.account_id, l.id, h.window_starts[k]
     ) c
     WHERE w.account_id = c.account_id
       AND w.limit_id = c.limit_id
@@ -270,7 +275,7 @@ ORDER BY expires_at, account_id, id;
 -- name: HoldsOpenByAccount :many
 -- The account's holds still held, soonest to expire first, at most max_rows (the console's account
 -- page). A hold past its time that the expiry pass has not reached yet is still held, and listed.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = @account_id
   AND status = 'held'
@@ -281,7 +286,7 @@ LIMIT @max_rows::int;
 -- Holds of every account still held that expire within within_seconds on the database clock (or are
 -- past their time, the expiry pass not there yet), soonest first, at most max_rows: the console's
 -- overview. A range scan of holds_held_expires_at_idx.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE status = 'held'
   AND expires_at <= now() + make_interval(secs => @within_seconds::double precision)

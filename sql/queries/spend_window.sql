@@ -30,16 +30,19 @@ LEFT JOIN spend_windows w
 ORDER BY c.id;
 
 -- name: SpendWindowsRelease :exec
--- Resolves a hold in the windows it was counted in (hold_windows), in the transaction that moved it out of
--- held: its amount leaves held, and captured (0 for a void or an expiry) is spent.
+-- Resolves a hold in the windows it was counted in (its limit_ids and window_starts, in lockstep), in the
+-- transaction that moved it out of held: its amount leaves held, and captured (0 for a void or an
+-- expiry) is spent. A limit created after the hold (hold_created_at), under an id the hold names, never
+-- counted it and is left alone.
 UPDATE spend_windows w
 SET held = w.held - @amount::bigint, spent = w.spent + @captured::bigint
-FROM hold_windows hw
-WHERE hw.account_id = @account_id::text
-  AND hw.hold_id = @hold_id::text
-  AND w.account_id = hw.account_id
-  AND w.limit_id = hw.limit_id
-  AND w.window_start = hw.window_start;
+FROM (
+    SELECT unnest(@limit_ids::text[]) AS limit_id, unnest(@window_starts::timestamptz[]) AS window_start
+) c
+JOIN spend_limits l ON l.account_id = @account_id::text AND l.id = c.limit_id AND l.created_at <= @hold_created_at::timestamptz
+WHERE w.account_id = @account_id::text
+  AND w.limit_id = c.limit_id
+  AND w.window_start = c.window_start;
 
 -- name: SpendWindowsBill :many
 -- In the billing transaction that posted them: counts what billed decisions spent beyond their hold
@@ -117,14 +120,18 @@ RETURNING w.account_id, w.limit_id, w.window_start, w.spent, w.held, w.reached_a
 -- name: SpendWindowsHeldMismatches :many
 -- Windows whose held differs from the sum of the holds still held that were counted in them (verify).
 -- Empty when the invariant holds.
-SELECT w.account_id, w.limit_id, w.window_start, w.held,
-       coalesce(sum(h.amount) FILTER (WHERE h.status = 'held'), 0)::bigint AS holds_sum
+WITH counted AS (
+    SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.amount) AS total
+    FROM holds h
+    CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
+    WHERE h.status = 'held'
+    GROUP BY h.account_id, l.id, h.window_starts[k]
+)
+SELECT w.account_id, w.limit_id, w.window_start, w.held, coalesce(c.total, 0)::bigint AS holds_sum
 FROM spend_windows w
-LEFT JOIN hold_windows hw
-    ON hw.account_id = w.account_id AND hw.limit_id = w.limit_id AND hw.window_start = w.window_start
-LEFT JOIN holds h ON h.account_id = hw.account_id AND h.id = hw.hold_id
-GROUP BY w.account_id, w.limit_id, w.window_start, w.held
-HAVING w.held <> coalesce(sum(h.amount) FILTER (WHERE h.status = 'held'), 0)
+LEFT JOIN counted c ON c.account_id = w.account_id AND c.limit_id = w.limit_id AND c.window_start = w.window_start
+WHERE w.held <> coalesce(c.total, 0)
 ORDER BY 1, 2, 3
 LIMIT 1000;
 
@@ -135,11 +142,12 @@ LIMIT 1000;
 -- when its limit kept one definition through it (defined_at at or before window_start): a replaced
 -- limit counted its earlier decisions under its earlier scope. Empty when the invariant holds.
 WITH captured AS (
-    SELECT hw.account_id, hw.limit_id, hw.window_start, sum(h.captured_amount) AS total
-    FROM hold_windows hw
-    JOIN holds h ON h.account_id = hw.account_id AND h.id = hw.hold_id
+    SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.captured_amount) AS total
+    FROM holds h
+    CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
     WHERE h.status = 'captured'
-    GROUP BY hw.account_id, hw.limit_id, hw.window_start
+    GROUP BY h.account_id, l.id, h.window_starts[k]
 ), decided AS (
     SELECT l.account_id, l.id AS limit_id,
            date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start,

@@ -18,7 +18,7 @@ WHERE account_id = $2
   AND status = 'held'
   AND expires_at > now()
   AND amount >= coalesce($1::bigint, amount)
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 `
 
 type HoldsCaptureParams struct {
@@ -46,6 +46,8 @@ func (q *Queries) HoldsCapture(ctx context.Context, arg HoldsCaptureParams) (Hol
 		&i.ResolvedAt,
 		&i.Subject,
 		&i.Feature,
+		&i.LimitIDs,
+		&i.WindowStarts,
 	)
 	return i, err
 }
@@ -68,7 +70,8 @@ WITH named AS (
       AND h.id = n.hold_id
       AND h.status = 'held'
       AND n.received_at BETWEEN h.created_at AND h.expires_at
-    RETURNING h.account_id, h.id, h.amount, h.captured_amount, n.id AS decision_id, n.cost
+    RETURNING h.account_id, h.id, h.amount, h.captured_amount, h.created_at, h.limit_ids, h.window_starts,
+              n.id AS decision_id, n.cost
 ), per_account AS (
     SELECT account_id, sum(amount)::bigint AS released
     FROM captured
@@ -84,11 +87,12 @@ WITH named AS (
     UPDATE spend_windows w
     SET held = w.held - c.released, spent = w.spent + c.captured
     FROM (
-        SELECT hw.account_id, hw.limit_id, hw.window_start, sum(k.amount) AS released,
-               sum(k.captured_amount) AS captured
-        FROM captured k
-        JOIN hold_windows hw ON hw.account_id = k.account_id AND hw.hold_id = k.id
-        GROUP BY hw.account_id, hw.limit_id, hw.window_start
+        SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.amount) AS released,
+               sum(h.captured_amount) AS captured
+        FROM captured h
+        CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+        JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
+        GROUP BY h.account_id, l.id, h.window_starts[k]
     ) c
     WHERE w.account_id = c.account_id
       AND w.limit_id = c.limit_id
@@ -219,7 +223,7 @@ WITH expired AS (
     WHERE h.account_id = locked.account_id
       AND h.status = 'held'
       AND h.expires_at <= now()
-    RETURNING h.account_id, h.id, h.amount
+    RETURNING h.account_id, h.id, h.amount, h.created_at, h.limit_ids, h.window_starts
 ), per_account AS (
     SELECT account_id, count(*)::bigint AS holds, sum(amount)::bigint AS released
     FROM expired
@@ -231,14 +235,16 @@ WITH expired AS (
     FROM per_account p
     WHERE a.id = p.account_id
 ), windows_released AS (
-    -- And from the spend windows each hold was counted in (hold_windows).
+    -- And from the spend windows each hold was counted in (its limit_ids and window_starts; a limit
+    -- created after the hold, under an id it names, never counted it).
     UPDATE spend_windows w
     SET held = w.held - c.released
     FROM (
-        SELECT hw.account_id, hw.limit_id, hw.window_start, sum(e.amount) AS released
+        SELECT e.account_id, l.id AS limit_id, e.window_starts[k] AS window_start, sum(e.amount) AS released
         FROM expired e
-        JOIN hold_windows hw ON hw.account_id = e.account_id AND hw.hold_id = e.id
-        GROUP BY hw.account_id, hw.limit_id, hw.window_start
+        CROSS JOIN LATERAL generate_subscripts(e.limit_ids, 1) AS k
+        JOIN spend_limits l ON l.account_id = e.account_id AND l.id = e.limit_ids[k] AND l.created_at <= e.created_at
+        GROUP BY e.account_id, l.id, e.window_starts[k]
     ) c
     WHERE w.account_id = c.account_id
       AND w.limit_id = c.limit_id
@@ -312,7 +318,7 @@ func (q *Queries) HoldsExpiredAccounts(ctx context.Context, maxAccounts int32) (
 }
 
 const holdsExpiringSoon = `-- name: HoldsExpiringSoon :many
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE status = 'held'
   AND expires_at <= now() + make_interval(secs => $1::double precision)
@@ -349,6 +355,8 @@ func (q *Queries) HoldsExpiringSoon(ctx context.Context, arg HoldsExpiringSoonPa
 			&i.ResolvedAt,
 			&i.Subject,
 			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 		); err != nil {
 			return nil, err
 		}
@@ -361,7 +369,7 @@ func (q *Queries) HoldsExpiringSoon(ctx context.Context, arg HoldsExpiringSoonPa
 }
 
 const holdsGet = `-- name: HoldsGet :one
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = $1
   AND id = $2
@@ -388,13 +396,15 @@ func (q *Queries) HoldsGet(ctx context.Context, arg HoldsGetParams) (Hold, error
 		&i.ResolvedAt,
 		&i.Subject,
 		&i.Feature,
+		&i.LimitIDs,
+		&i.WindowStarts,
 	)
 	return i, err
 }
 
 const holdsGetByIDs = `-- name: HoldsGetByIDs :many
 
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = $1
   AND id = ANY($2::text[])
@@ -433,6 +443,8 @@ func (q *Queries) HoldsGetByIDs(ctx context.Context, arg HoldsGetByIDsParams) ([
 			&i.ResolvedAt,
 			&i.Subject,
 			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 		); err != nil {
 			return nil, err
 		}
@@ -486,28 +498,33 @@ func (q *Queries) HoldsHeldMismatches(ctx context.Context) ([]HoldsHeldMismatche
 }
 
 const holdsInsertGroup = `-- name: HoldsInsertGroup :many
-WITH inserted AS (
-    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature)
-    SELECT $1::text,
-           unnest($2::text[]),
-           unnest($3::bigint[]),
-           now() + make_interval(secs => unnest($4::double precision[])),
-           nullif(unnest($5::text[]), ''),
-           nullif(unnest($6::text[]), '')
+WITH batch AS (
+    -- Set-returning functions in one select list run in lockstep: the arrays zipped.
+    SELECT unnest($1::text[]) AS id, unnest($2::bigint[]) AS amount,
+           unnest($3::double precision[]) AS ttl,
+           nullif(unnest($4::text[]), '') AS subject, nullif(unnest($5::text[]), '') AS feature
+), inserted AS (
+    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
+    SELECT $6::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
+           coalesce(w.limit_ids, '{}'), coalesce(w.window_starts, '{}')
+    FROM batch b
+    LEFT JOIN LATERAL (
+        -- The limits that apply to the hold, each in its current window.
+        SELECT array_agg(l.id ORDER BY l.id) AS limit_ids,
+               array_agg(date_trunc(l.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' ORDER BY l.id) AS window_starts
+        FROM spend_limits l
+        WHERE l.account_id = $6::text
+          AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN b.subject ELSE b.feature END)
+    ) w ON true
     ON CONFLICT (account_id, id) DO NOTHING
-    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
-), counted AS (
-    -- Each hold in the current window of each limit that applies to it.
-    SELECT i.id AS hold_id, i.amount, l.id AS limit_id, l.amount AS cap, l.mode,
-           date_trunc(l.period, i.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start
-    FROM inserted i
-    JOIN spend_limits l
-        ON l.account_id = i.account_id
-       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN i.subject ELSE i.feature END)
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 ), per_window AS (
-    SELECT limit_id, window_start, min(cap) AS cap, min(mode) AS mode, sum(amount) AS amount, now() AS at
-    FROM counted
-    GROUP BY limit_id, window_start
+    SELECT l.id AS limit_id, i.window_starts[k] AS window_start, min(l.amount) AS cap, min(l.mode) AS mode,
+           sum(i.amount) AS amount, now() AS at
+    FROM inserted i
+    CROSS JOIN LATERAL generate_subscripts(i.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = i.account_id AND l.id = i.limit_ids[k]
+    GROUP BY l.id, i.window_starts[k]
 ), limited AS (
     -- The admission rule of a hard limit, on the locked row: never past its cap.
     UPDATE spend_windows w
@@ -515,36 +532,32 @@ WITH inserted AS (
         reached_at = CASE WHEN p.mode = 'soft' AND w.reached_at IS NULL AND w.spent + w.held + p.amount >= p.cap
                           THEN p.at ELSE w.reached_at END
     FROM per_window p
-    WHERE w.account_id = $1::text
+    WHERE w.account_id = $6::text
       AND w.limit_id = p.limit_id
       AND w.window_start = p.window_start
       AND (p.mode = 'soft' OR w.spent + w.held + p.amount <= p.cap)
     RETURNING w.limit_id
-), recorded AS (
-    INSERT INTO hold_windows (account_id, hold_id, limit_id, window_start)
-    SELECT $1::text, hold_id, limit_id, window_start
-    FROM counted
 ), reserved AS (
     UPDATE accounts
     SET held = held + (SELECT sum(amount) FROM inserted)
-    WHERE id = $1::text
+    WHERE id = $6::text
       AND balance - held >= (SELECT sum(amount) FROM inserted)
     RETURNING id
 )
 SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
        inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
-       inserted.feature, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
+       inserted.feature, inserted.limit_ids, inserted.window_starts, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
        ((SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
 FROM inserted
 `
 
 type HoldsInsertGroupParams struct {
-	AccountID        string
 	IDs              []string
 	Amounts          []int64
 	ExpiresInSeconds []float64
 	Subjects         []string
 	Features         []string
+	AccountID        string
 }
 
 type HoldsInsertGroupRow struct {
@@ -559,6 +572,8 @@ type HoldsInsertGroupRow struct {
 	ResolvedAt     *time.Time
 	Subject        *string
 	Feature        *string
+	LimitIDs       []string
+	WindowStarts   []time.Time
 	Reserved       bool
 	WithinLimits   bool
 }
@@ -569,20 +584,20 @@ type HoldsInsertGroupRow struct {
 // against its current rows; the statement keeps every condition all the same, and says whether each held:
 // reserved, the available balance (balance - held) covers their sum; within_limits, every window of a
 // limit that applies to them (scope account, or their subject or feature) took their sum, a hard limit's
-// only while spent + held + sum <= its cap. Each hold is counted in hold_windows in the window of each
-// limit that applies. A false flag means the plan was wrong (or, for a single authorisation, the refusal):
-// the caller rolls back, and nothing is kept. A soft limit's window reaching its cap records reached_at
-// (limit.reached, once per window). holds_pkey still holds: an id inserted before (a replay) or meanwhile
-// by another transaction returns no row for it, and the caller rolls back and plans the group again with
-// the stored ids read first.
+// only while spent + held + sum <= its cap. Each hold records the limits it was counted against and
+// their windows (limit_ids, window_starts). A false flag means the plan was wrong (or, for a single
+// authorisation, the refusal): the caller rolls back, and nothing is kept. A soft limit's window reaching
+// its cap records reached_at (limit.reached, once per window). holds_pkey still holds: an id inserted
+// before (a replay) or meanwhile by another transaction returns no row for it, and the caller rolls back
+// and plans the group again with the stored ids read first.
 func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupParams) ([]HoldsInsertGroupRow, error) {
 	rows, err := q.db.Query(ctx, holdsInsertGroup,
-		arg.AccountID,
 		arg.IDs,
 		arg.Amounts,
 		arg.ExpiresInSeconds,
 		arg.Subjects,
 		arg.Features,
+		arg.AccountID,
 	)
 	if err != nil {
 		return nil, err
@@ -603,6 +618,8 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 			&i.ResolvedAt,
 			&i.Subject,
 			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 			&i.Reserved,
 			&i.WithinLimits,
 		); err != nil {
@@ -617,7 +634,7 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 }
 
 const holdsOpenByAccount = `-- name: HoldsOpenByAccount :many
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = $1
   AND status = 'held'
@@ -653,6 +670,8 @@ func (q *Queries) HoldsOpenByAccount(ctx context.Context, arg HoldsOpenByAccount
 			&i.ResolvedAt,
 			&i.Subject,
 			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 		); err != nil {
 			return nil, err
 		}
@@ -765,7 +784,7 @@ SET status = holds_resolution(expires_at, now()), resolved_at = now()
 WHERE account_id = $1
   AND id = $2
   AND status = 'held'
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 `
 
 type HoldsVoidParams struct {
@@ -792,6 +811,8 @@ func (q *Queries) HoldsVoid(ctx context.Context, arg HoldsVoidParams) (Hold, err
 		&i.ResolvedAt,
 		&i.Subject,
 		&i.Feature,
+		&i.LimitIDs,
+		&i.WindowStarts,
 	)
 	return i, err
 }

@@ -120,14 +120,10 @@ type Hold struct {
 	Subject *string
 	// What the hold spends on; NULL: nothing named.
 	Feature *string
-}
-
-// The windows a hold was counted in when it was authorised (the window_start of each applicable limit then): its capture moves its amount from held to spent there, its void or expiry releases it there.
-type HoldWindow struct {
-	AccountID   string
-	HoldID      string
-	LimitID     string
-	WindowStart time.Time
+	// The spend limits the hold was counted against when it was authorised (those that applied then), in lockstep with window_starts: its capture, void or expiry moves exactly those windows, whatever the limits became since. A limit created after the hold (spend_limits.created_at) is never moved by it.
+	LimitIDs []string
+	// The start of the window of each of limit_ids the hold was counted in.
+	WindowStarts []time.Time
 }
 
 // Append-only journal of every money movement. A row is never updated or deleted (ledger_append_only).
@@ -234,7 +230,7 @@ type SpendWindow struct {
 	WindowStart time.Time
 	// Captured amounts of the holds counted here, plus what billed decisions spent beyond their hold.
 	Spent int64
-	// The amounts of the holds in held counted here (hold_windows): moved by the authorisation (conditionally, for a hard limit: spent + held + amount <= cap), released by capture, void and expiry.
+	// The amounts of the holds in held counted here (holds.limit_ids, window_starts): moved by the authorisation (conditionally, for a hard limit: spent + held + amount <= cap), released by capture, void and expiry.
 	Held int64
 	// What decisions billed without a hold (or beyond it) took past a hard cap: the work was done and is billed in full; a product that wants no overshoot authorises first.
 	Over int64

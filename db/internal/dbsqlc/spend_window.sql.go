@@ -103,14 +103,18 @@ func (q *Queries) SpendWindowsBill(ctx context.Context, arg SpendWindowsBillPara
 }
 
 const spendWindowsHeldMismatches = `-- name: SpendWindowsHeldMismatches :many
-SELECT w.account_id, w.limit_id, w.window_start, w.held,
-       coalesce(sum(h.amount) FILTER (WHERE h.status = 'held'), 0)::bigint AS holds_sum
+WITH counted AS (
+    SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.amount) AS total
+    FROM holds h
+    CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
+    WHERE h.status = 'held'
+    GROUP BY h.account_id, l.id, h.window_starts[k]
+)
+SELECT w.account_id, w.limit_id, w.window_start, w.held, coalesce(c.total, 0)::bigint AS holds_sum
 FROM spend_windows w
-LEFT JOIN hold_windows hw
-    ON hw.account_id = w.account_id AND hw.limit_id = w.limit_id AND hw.window_start = w.window_start
-LEFT JOIN holds h ON h.account_id = hw.account_id AND h.id = hw.hold_id
-GROUP BY w.account_id, w.limit_id, w.window_start, w.held
-HAVING w.held <> coalesce(sum(h.amount) FILTER (WHERE h.status = 'held'), 0)
+LEFT JOIN counted c ON c.account_id = w.account_id AND c.limit_id = w.limit_id AND c.window_start = w.window_start
+WHERE w.held <> coalesce(c.total, 0)
 ORDER BY 1, 2, 3
 LIMIT 1000
 `
@@ -228,40 +232,48 @@ func (q *Queries) SpendWindowsOpen(ctx context.Context, accountID string) ([]Spe
 const spendWindowsRelease = `-- name: SpendWindowsRelease :exec
 UPDATE spend_windows w
 SET held = w.held - $1::bigint, spent = w.spent + $2::bigint
-FROM hold_windows hw
-WHERE hw.account_id = $3::text
-  AND hw.hold_id = $4::text
-  AND w.account_id = hw.account_id
-  AND w.limit_id = hw.limit_id
-  AND w.window_start = hw.window_start
+FROM (
+    SELECT unnest($4::text[]) AS limit_id, unnest($5::timestamptz[]) AS window_start
+) c
+JOIN spend_limits l ON l.account_id = $3::text AND l.id = c.limit_id AND l.created_at <= $6::timestamptz
+WHERE w.account_id = $3::text
+  AND w.limit_id = c.limit_id
+  AND w.window_start = c.window_start
 `
 
 type SpendWindowsReleaseParams struct {
-	Amount    int64
-	Captured  int64
-	AccountID string
-	HoldID    string
+	Amount        int64
+	Captured      int64
+	AccountID     string
+	LimitIDs      []string
+	WindowStarts  []time.Time
+	HoldCreatedAt time.Time
 }
 
-// Resolves a hold in the windows it was counted in (hold_windows), in the transaction that moved it out of
-// held: its amount leaves held, and captured (0 for a void or an expiry) is spent.
+// Resolves a hold in the windows it was counted in (its limit_ids and window_starts, in lockstep), in the
+// transaction that moved it out of held: its amount leaves held, and captured (0 for a void or an
+// expiry) is spent. A limit created after the hold (hold_created_at), under an id the hold names, never
+// counted it and is left alone.
 func (q *Queries) SpendWindowsRelease(ctx context.Context, arg SpendWindowsReleaseParams) error {
 	_, err := q.db.Exec(ctx, spendWindowsRelease,
 		arg.Amount,
 		arg.Captured,
 		arg.AccountID,
-		arg.HoldID,
+		arg.LimitIDs,
+		arg.WindowStarts,
+		arg.HoldCreatedAt,
 	)
 	return err
 }
 
 const spendWindowsSpentMismatches = `-- name: SpendWindowsSpentMismatches :many
 WITH captured AS (
-    SELECT hw.account_id, hw.limit_id, hw.window_start, sum(h.captured_amount) AS total
-    FROM hold_windows hw
-    JOIN holds h ON h.account_id = hw.account_id AND h.id = hw.hold_id
+    SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.captured_amount) AS total
+    FROM holds h
+    CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
     WHERE h.status = 'captured'
-    GROUP BY hw.account_id, hw.limit_id, hw.window_start
+    GROUP BY h.account_id, l.id, h.window_starts[k]
 ), decided AS (
     SELECT l.account_id, l.id AS limit_id,
            date_trunc(l.period, d.received_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS window_start,
