@@ -110,7 +110,7 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID string, req HoldRe
 		if err != nil {
 			return err
 		}
-		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}))
+		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}, windows))
 		if err != nil {
 			return fmt.Errorf("insert hold %s of %s: %w", req.ID, accountID, MapError(err))
 		}
@@ -130,7 +130,10 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID string, req HoldRe
 			// The account is locked: the condition refused it.
 			return fmt.Errorf("hold %d on %s: %w", req.Amount, accountID, ErrInsufficientBalance)
 		case !r.WithinLimits:
-			return windows.refusal(req, nil)
+			if err := windows.refusal(req, nil); err != nil {
+				return err
+			}
+			return fmt.Errorf("spend windows of %s: the limits that apply to hold %s are not the ones opened under the lock", accountID, req.ID)
 		default:
 			out = HoldAuthorised{Hold: holdFromInserted(r), Created: true}
 			return nil
@@ -139,8 +142,9 @@ func AuthoriseHold(ctx context.Context, b Beginner, accountID string, req HoldRe
 	return out, err
 }
 
-// holdsInsertParams are HoldsInsertGroup's arrays for the holds of one account.
-func holdsInsertParams(accountID string, reqs []HoldRequest) dbsqlc.HoldsInsertGroupParams {
+// holdsInsertParams are HoldsInsertGroup's arrays for the holds of one account, each hold paired with
+// the window of every limit of windows that applies to it (the statement checks that none is missing).
+func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindows) dbsqlc.HoldsInsertGroupParams {
 	arg := dbsqlc.HoldsInsertGroupParams{AccountID: accountID}
 	for _, r := range reqs {
 		arg.IDs = append(arg.IDs, r.ID)
@@ -148,6 +152,13 @@ func holdsInsertParams(accountID string, reqs []HoldRequest) dbsqlc.HoldsInsertG
 		arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ExpiresIn.Seconds())
 		arg.Subjects = append(arg.Subjects, r.Subject)
 		arg.Features = append(arg.Features, r.Feature)
+		for _, w := range windows {
+			if w.applies(r.Subject, r.Feature) {
+				arg.PairHoldIDs = append(arg.PairHoldIDs, r.ID)
+				arg.PairLimitIDs = append(arg.PairLimitIDs, w.ID)
+				arg.PairWindowStarts = append(arg.PairWindowStarts, w.WindowStart)
+			}
+		}
 	}
 	return arg
 }
@@ -640,7 +651,7 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 		for k, i := range plan.admit {
 			admitted[k] = group[i].req
 		}
-		inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted))
+		inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows))
 		if err != nil {
 			return fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
 		}

@@ -16,41 +16,47 @@ WHERE account_id = @account_id
 -- Inserts the admitted holds of one account (one, or a group's) and reserves them, in one statement (one
 -- round trip), the arrays read in lockstep ('' subject or feature: none). The account is locked by
 -- AccountsLock first and its current windows opened by SpendWindowsOpen, so the holds were admitted
--- against its current rows; the statement keeps every condition all the same, and says whether each held:
--- reserved, the available balance (balance - held) covers their sum; within_limits, every window of a
--- limit that applies to them (scope account, or their subject or feature) took their sum, a hard limit's
--- only while spent + held + sum <= its cap. Each hold records the limits it was counted against and
--- their windows (limit_ids, window_starts). A false flag means the plan was wrong (or, for a single
--- authorisation, the refusal): the caller rolls back, and nothing is kept. A soft limit's window reaching
--- its cap records reached_at (limit.reached, once per window). holds_pkey still holds: an id inserted
--- before (a replay) or meanwhile by another transaction returns no row for it, and the caller rolls back
--- and plans the group again with the stored ids read first.
+-- against its current rows, and each hold comes with the windows of the limits that apply to it (the
+-- pair_ arrays: a hold's id, a limit and that limit's current window); the statement keeps every condition
+-- all the same, and says whether each held: reserved, the available balance (balance - held) covers their
+-- sum; within_limits, every limit that applies to a hold (scope account, or its subject or feature) is
+-- among its pairs, and every window took its holds' sum, a hard limit's only while spent + held + sum <=
+-- its cap. Each hold records its pairs (limit_ids, window_starts). A false flag means the plan was wrong
+-- (or, for a single authorisation, the refusal): the caller rolls back, and nothing is kept. A soft
+-- limit's window reaching its cap records reached_at (limit.reached, once per window). holds_pkey still
+-- holds: an id inserted before (a replay) or meanwhile by another transaction returns no row for it, and
+-- the caller rolls back and plans the group again with the stored ids read first. Every table is read
+-- and written through the account's id, so that on Citus the statement runs on the account's shard.
 WITH batch AS (
     -- Set-returning functions in one select list run in lockstep: the arrays zipped.
     SELECT unnest(@ids::text[]) AS id, unnest(@amounts::bigint[]) AS amount,
            unnest(@expires_in_seconds::double precision[]) AS ttl,
            nullif(unnest(@subjects::text[]), '') AS subject, nullif(unnest(@features::text[]), '') AS feature
+), pairs AS (
+    SELECT unnest(@pair_hold_ids::text[]) AS hold_id, unnest(@pair_limit_ids::text[]) AS limit_id,
+           unnest(@pair_window_starts::timestamptz[]) AS window_start
 ), inserted AS (
     INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
     SELECT @account_id::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
-           coalesce(w.limit_ids, '{}'), coalesce(w.window_starts, '{}')
+           coalesce((SELECT array_agg(p.limit_id ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}'),
+           coalesce((SELECT array_agg(p.window_start ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}')
     FROM batch b
-    LEFT JOIN LATERAL (
-        -- The limits that apply to the hold, each in its current window.
-        SELECT array_agg(l.id ORDER BY l.id) AS limit_ids,
-               array_agg(date_trunc(l.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' ORDER BY l.id) AS window_starts
-        FROM spend_limits l
-        WHERE l.account_id = @account_id::text
-          AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN b.subject ELSE b.feature END)
-    ) w ON true
     ON CONFLICT (account_id, id) DO NOTHING
     RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+), missed AS (
+    -- A limit that applies to an inserted hold but is not among its pairs: the plan missed it.
+    SELECT 1
+    FROM inserted i
+    JOIN spend_limits l
+        ON l.account_id = @account_id::text
+       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN i.subject ELSE i.feature END)
+    WHERE NOT l.id = ANY(i.limit_ids)
 ), per_window AS (
     SELECT l.id AS limit_id, i.window_starts[k] AS window_start, min(l.amount) AS cap, min(l.mode) AS mode,
            sum(i.amount) AS amount, now() AS at
     FROM inserted i
     CROSS JOIN LATERAL generate_subscripts(i.limit_ids, 1) AS k
-    JOIN spend_limits l ON l.account_id = i.account_id AND l.id = i.limit_ids[k]
+    JOIN spend_limits l ON l.account_id = @account_id::text AND l.id = i.limit_ids[k]
     GROUP BY l.id, i.window_starts[k]
 ), limited AS (
     -- The admission rule of a hard limit, on the locked row: never past its cap.
@@ -74,7 +80,8 @@ WITH batch AS (
 SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
        inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
        inserted.feature, inserted.limit_ids, inserted.window_starts, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
-       ((SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
+       (NOT EXISTS (SELECT 1 FROM missed)
+        AND (SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
 FROM inserted;
 
 -- name: HoldsGet :one
