@@ -76,8 +76,8 @@ func accountRoute(r *http.Request, name string, pattern idPattern, message strin
 // its status now) on a replay of the same id and amount; 409 idempotency_conflict for the same id with
 // another amount; 409 insufficient_balance when the available balance (balance - held) does not cover
 // it, 409 limit_exceeded when a hard spend limit's window cannot take it, refused by the conditional
-// reservation, not an earlier read, and then nothing is kept. Concurrent
-// authorisations of one account share a transaction (db.HoldAuthoriser), with the same answers.
+// reservation, not an earlier read, and then nothing is kept. Concurrent authorisations of one account
+// share a transaction (db.HoldAuthoriser), with the same answers.
 func handlePostHold(d Deps) http.Handler {
 	type request struct {
 		ID        *string `json:"id"`
