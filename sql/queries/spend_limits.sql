@@ -1,5 +1,5 @@
 -- Spend limits (SPEC §16): an account's caps per calendar period. Windows are counted in
--- spend_windows.sql; the admission rule is part of HoldsInsertGroup.
+-- spend_window.sql; the admission rule is part of HoldsInsertGroup.
 
 -- name: SpendLimitsPut :one
 -- Creates the limit, or replaces its definition (scope, value, period, amount, mode) keeping its windows

@@ -1,9 +1,9 @@
--- (Named in the singular: Go would read a file spend_windows.sql.go as built for Windows only.)
 -- Spend windows (SPEC §16): what each limit counted per calendar window in UTC. Every statement here
 -- runs under the account's row lock (accounts in id order), as every write to holds and the ledger does,
--- so a window moves under one lock order. A window row is created before anything counts in it, by
--- INSERT ... ON CONFLICT DO NOTHING, so that the statement that counts finds it and its conditions
--- judge the current row.
+-- so a window moves under one lock order. An authorisation opens its windows first (SpendWindowsOpen,
+-- INSERT ... ON CONFLICT DO NOTHING), so that the statement that counts finds them and its conditions
+-- judge the current rows; billing inserts a window nothing counted in yet with its counts.
+-- (The file is named in the singular: Go would build a generated spend_windows.sql.go for Windows only.)
 
 -- name: SpendWindowsOpen :many
 -- Opens the current window (on the database clock) of every limit of the locked account, and returns

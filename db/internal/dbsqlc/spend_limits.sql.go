@@ -52,7 +52,7 @@ type SpendLimitsPutParams struct {
 }
 
 // Spend limits (SPEC §16): an account's caps per calendar period. Windows are counted in
-// spend_windows.sql; the admission rule is part of HoldsInsertGroup.
+// spend_window.sql; the admission rule is part of HoldsInsertGroup.
 // Creates the limit, or replaces its definition (scope, value, period, amount, mode) keeping its windows
 // and what they counted; defined_at moves to now (the proposed row's default: a cluster takes no
 // function call in DO UPDATE SET). Fails with spend_limits_account_fk when the account does
