@@ -20,12 +20,14 @@ type decisionJSON struct {
 	Cost       *int64  `json:"cost"`
 	OccurredAt *string `json:"occurred_at"`
 	HoldID     string  `json:"hold_id"` // empty: none
+	Subject    string  `json:"subject"` // empty: none
+	Feature    string  `json:"feature"` // empty: none
 }
 
 // handlePostDecisions stores a batch of decisions in one statement, idempotently by decision id
 // (decisions_pkey). The whole batch is checked before anything is written, so a bad item writes
-// nothing. An id stored before (or earlier in the batch) with the same account and cost is a
-// duplicate; with another account, cost or hold it is a conflict, reported and left as first stored.
+// nothing. An id stored before (or earlier in the batch) with the same account, cost, hold, subject
+// and feature is a duplicate; with another it is a conflict, reported and left as first stored.
 func handlePostDecisions(d Deps) http.Handler {
 	type response struct {
 		Accepted   int      `json:"accepted"`
@@ -44,7 +46,10 @@ func handlePostDecisions(d Deps) http.Handler {
 		now := time.Now().UTC()
 		decisions := make([]db.Decision, len(batch))
 		for i, dec := range batch {
-			decisions[i] = db.Decision{ID: dec.ID, AccountID: dec.AccountID, Cost: *dec.Cost, OccurredAt: now, HoldID: dec.HoldID}
+			decisions[i] = db.Decision{
+				ID: dec.ID, AccountID: dec.AccountID, Cost: *dec.Cost, OccurredAt: now, HoldID: dec.HoldID,
+				Subject: dec.Subject, Feature: dec.Feature,
+			}
 			if dec.OccurredAt != nil {
 				decisions[i].OccurredAt, _ = time.Parse(time.RFC3339Nano, *dec.OccurredAt) // checked by checkDecisions
 			}
@@ -81,6 +86,10 @@ func checkDecisions(batch []decisionJSON) error {
 			return badRequest("invalid_cost", fmt.Sprintf("decision %d (%s): cost is required: a positive whole number of minor units, at most 10^15", i, dec.ID))
 		case dec.HoldID != "" && !holdIDPattern.MatchString(dec.HoldID):
 			return badRequest("invalid_hold_id", fmt.Sprintf("decision %d (%s): hold_id must be 1-128 characters of [A-Za-z0-9_.:-]", i, dec.ID))
+		case dec.Subject != "" && !subjectPattern.MatchString(dec.Subject):
+			return badRequest("invalid_subject", fmt.Sprintf("decision %d (%s): subject must be 1-128 characters of [A-Za-z0-9_.:@-]", i, dec.ID))
+		case dec.Feature != "" && !featurePattern.MatchString(dec.Feature):
+			return badRequest("invalid_feature", fmt.Sprintf("decision %d (%s): feature must be 1-64 characters of [A-Za-z0-9_.:-]", i, dec.ID))
 		}
 		if dec.OccurredAt != nil {
 			if _, err := time.Parse(time.RFC3339Nano, *dec.OccurredAt); err != nil {

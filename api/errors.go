@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/stripeevents"
@@ -18,6 +19,15 @@ type errorBody struct {
 type errorInfo struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// The hard limit that refused an authorisation (limit_exceeded only).
+	*limitRefusalJSON
+}
+
+type limitRefusalJSON struct {
+	LimitID     string    `json:"limit_id"`
+	Period      string    `json:"period"`
+	WindowStart time.Time `json:"window_start"`
+	Remaining   int64     `json:"remaining"`
 }
 
 // Error is an error that already knows its HTTP status and code: bad input, mostly.
@@ -60,6 +70,8 @@ var errorTable = []struct {
 	{db.ErrHoldExpired, http.StatusConflict, "hold_expired"},
 	{db.ErrPaymentMethodRequired, http.StatusConflict, "payment_method_required"},
 	{db.ErrLotNotFound, http.StatusNotFound, "lot_not_found"},
+	{db.ErrLimitExceeded, http.StatusConflict, "limit_exceeded"},
+	{db.ErrLimitNotFound, http.StatusNotFound, "limit_not_found"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},
@@ -93,7 +105,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			if e.status >= 500 {
 				log.WarnContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
-			writeJSON(w, e.status, errorBody{Error: errorInfo{Code: e.code, Message: e.err.Error()}})
+			info := errorInfo{Code: e.code, Message: e.err.Error()}
+			if limit := (*db.LimitExceededError)(nil); errors.As(err, &limit) {
+				info.limitRefusalJSON = &limitRefusalJSON{LimitID: limit.LimitID, Period: limit.Period, WindowStart: limit.WindowStart, Remaining: limit.Remaining}
+			}
+			writeJSON(w, e.status, errorBody{Error: info})
 			return
 		}
 	}

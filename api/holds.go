@@ -29,6 +29,8 @@ type holdJSON struct {
 	ExpiresAt      time.Time  `json:"expires_at"`
 	CreatedAt      time.Time  `json:"created_at"`
 	ResolvedAt     *time.Time `json:"resolved_at"`
+	Subject        *string    `json:"subject"`
+	Feature        *string    `json:"feature"`
 }
 
 func holdOut(h db.Hold) holdJSON {
@@ -39,6 +41,12 @@ func holdOut(h db.Hold) holdJSON {
 	if h.Status == db.HoldCaptured {
 		out.CapturedAmount = &h.CapturedAmount
 	}
+	if h.Subject != "" {
+		out.Subject = &h.Subject
+	}
+	if h.Feature != "" {
+		out.Feature = &h.Feature
+	}
 	return out
 }
 
@@ -48,26 +56,35 @@ type holdResponse struct {
 
 // holdRoute is the {id} and {hold_id} of an /v1/accounts/{id}/holds/{hold_id} route, checked.
 func holdRoute(r *http.Request) (account, hold string, err error) {
+	return accountRoute(r, "hold_id", holdIDPattern, "hold id must be 1-128 characters of [A-Za-z0-9_.:-]")
+}
+
+// accountRoute is the {id} and the {name} of an /v1/accounts/{id}/… route, checked: {name} against
+// pattern, or 400 invalid_{name} with message.
+func accountRoute(r *http.Request, name string, pattern idPattern, message string) (account, id string, err error) {
 	if account, err = accountID(r); err != nil {
 		return "", "", err
 	}
-	hold = mux.Vars(r)["hold_id"]
-	if !holdIDPattern.MatchString(hold) {
-		return "", "", badRequest("invalid_hold_id", "hold id must be 1-128 characters of [A-Za-z0-9_.:-]")
+	id = mux.Vars(r)[name]
+	if !pattern.MatchString(id) {
+		return "", "", badRequest("invalid_"+name, message)
 	}
-	return account, hold, nil
+	return account, id, nil
 }
 
 // handlePostHold authorises a hold: 201 when this call reserved it; 200 with the stored hold (whatever
 // its status now) on a replay of the same id and amount; 409 idempotency_conflict for the same id with
 // another amount; 409 insufficient_balance when the available balance (balance - held) does not cover
-// it, refused by the conditional reservation, not an earlier read, and then nothing is kept. Concurrent
-// authorisations of one account share a transaction (db.HoldAuthoriser), with the same answers.
+// it, 409 limit_exceeded when a hard spend limit's window cannot take it, refused by the conditional
+// reservation, not an earlier read, and then nothing is kept. Concurrent authorisations of one account
+// share a transaction (db.HoldAuthoriser), with the same answers.
 func handlePostHold(d Deps) http.Handler {
 	type request struct {
 		ID        *string `json:"id"`
 		Amount    *int64  `json:"amount"`
 		ExpiresIn *string `json:"expires_in"`
+		Subject   *string `json:"subject"`
+		Feature   *string `json:"feature"`
 	}
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
 		var req request
@@ -88,7 +105,20 @@ func handlePostHold(d Deps) http.Handler {
 				return badRequest("invalid_expires_in", `expires_in must be a Go duration from "1s" to "168h", such as "15m"`)
 			}
 		}
-		out, err := d.Ledger.AuthoriseHoldGrouped(r.Context(), id, *req.ID, *req.Amount, ttl)
+		hold := db.HoldRequest{ID: *req.ID, Amount: *req.Amount, ExpiresIn: ttl}
+		if req.Subject != nil {
+			if !subjectPattern.MatchString(*req.Subject) {
+				return badRequest("invalid_subject", "subject must be 1-128 characters of [A-Za-z0-9_.:@-]")
+			}
+			hold.Subject = *req.Subject
+		}
+		if req.Feature != nil {
+			if !featurePattern.MatchString(*req.Feature) {
+				return badRequest("invalid_feature", "feature must be 1-64 characters of [A-Za-z0-9_.:-]")
+			}
+			hold.Feature = *req.Feature
+		}
+		out, err := d.Ledger.AuthoriseHoldGrouped(r.Context(), id, hold)
 		if err != nil {
 			return err
 		}

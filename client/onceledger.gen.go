@@ -59,6 +59,27 @@ func (e EntryKind) Valid() bool {
 	}
 }
 
+// Defines values for ErrorErrorPeriod.
+const (
+	ErrorErrorPeriodDay   ErrorErrorPeriod = "day"
+	ErrorErrorPeriodMonth ErrorErrorPeriod = "month"
+	ErrorErrorPeriodWeek  ErrorErrorPeriod = "week"
+)
+
+// Valid indicates whether the value is a known member of the ErrorErrorPeriod enum.
+func (e ErrorErrorPeriod) Valid() bool {
+	switch e {
+	case ErrorErrorPeriodDay:
+		return true
+	case ErrorErrorPeriodMonth:
+		return true
+	case ErrorErrorPeriodWeek:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HoldStatus.
 const (
 	HoldStatusCaptured HoldStatus = "captured"
@@ -158,6 +179,66 @@ func (e RechargeBudgetPeriod) Valid() bool {
 	case RechargeBudgetPeriodMonth:
 		return true
 	case RechargeBudgetPeriodWeek:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SpendLimitMode.
+const (
+	SpendLimitModeHard SpendLimitMode = "hard"
+	SpendLimitModeSoft SpendLimitMode = "soft"
+)
+
+// Valid indicates whether the value is a known member of the SpendLimitMode enum.
+func (e SpendLimitMode) Valid() bool {
+	switch e {
+	case SpendLimitModeHard:
+		return true
+	case SpendLimitModeSoft:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SpendLimitPeriod.
+const (
+	SpendLimitPeriodDay   SpendLimitPeriod = "day"
+	SpendLimitPeriodMonth SpendLimitPeriod = "month"
+	SpendLimitPeriodWeek  SpendLimitPeriod = "week"
+)
+
+// Valid indicates whether the value is a known member of the SpendLimitPeriod enum.
+func (e SpendLimitPeriod) Valid() bool {
+	switch e {
+	case SpendLimitPeriodDay:
+		return true
+	case SpendLimitPeriodMonth:
+		return true
+	case SpendLimitPeriodWeek:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SpendLimitScope.
+const (
+	SpendLimitScopeAccount SpendLimitScope = "account"
+	SpendLimitScopeFeature SpendLimitScope = "feature"
+	SpendLimitScopeSubject SpendLimitScope = "subject"
+)
+
+// Valid indicates whether the value is a known member of the SpendLimitScope enum.
+func (e SpendLimitScope) Valid() bool {
+	switch e {
+	case SpendLimitScopeAccount:
+		return true
+	case SpendLimitScopeFeature:
+		return true
+	case SpendLimitScopeSubject:
 		return true
 	default:
 		return false
@@ -293,6 +374,66 @@ func (e PostAdjustmentJSONBodyCategory) Valid() bool {
 	case PostAdjustmentJSONBodyCategoryPaid:
 		return true
 	case PostAdjustmentJSONBodyCategoryPromotional:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutLimitJSONBodyMode.
+const (
+	PutLimitJSONBodyModeHard PutLimitJSONBodyMode = "hard"
+	PutLimitJSONBodyModeSoft PutLimitJSONBodyMode = "soft"
+)
+
+// Valid indicates whether the value is a known member of the PutLimitJSONBodyMode enum.
+func (e PutLimitJSONBodyMode) Valid() bool {
+	switch e {
+	case PutLimitJSONBodyModeHard:
+		return true
+	case PutLimitJSONBodyModeSoft:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutLimitJSONBodyPeriod.
+const (
+	PutLimitJSONBodyPeriodDay   PutLimitJSONBodyPeriod = "day"
+	PutLimitJSONBodyPeriodMonth PutLimitJSONBodyPeriod = "month"
+	PutLimitJSONBodyPeriodWeek  PutLimitJSONBodyPeriod = "week"
+)
+
+// Valid indicates whether the value is a known member of the PutLimitJSONBodyPeriod enum.
+func (e PutLimitJSONBodyPeriod) Valid() bool {
+	switch e {
+	case PutLimitJSONBodyPeriodDay:
+		return true
+	case PutLimitJSONBodyPeriodMonth:
+		return true
+	case PutLimitJSONBodyPeriodWeek:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutLimitJSONBodyScope.
+const (
+	PutLimitJSONBodyScopeAccount PutLimitJSONBodyScope = "account"
+	PutLimitJSONBodyScopeFeature PutLimitJSONBodyScope = "feature"
+	PutLimitJSONBodyScopeSubject PutLimitJSONBodyScope = "subject"
+)
+
+// Valid indicates whether the value is a known member of the PutLimitJSONBodyScope enum.
+func (e PutLimitJSONBodyScope) Valid() bool {
+	switch e {
+	case PutLimitJSONBodyScopeAccount:
+		return true
+	case PutLimitJSONBodyScopeFeature:
+		return true
+	case PutLimitJSONBodyScopeSubject:
 		return true
 	default:
 		return false
@@ -491,12 +632,18 @@ type Decision struct {
 	AccountID AccountID `json:"account_id"`
 	Cost      int64     `json:"cost"`
 
+	// Feature What was spent on, matched against `feature` limits.
+	Feature *Feature `json:"feature,omitempty"`
+
 	// HoldID A hold of the same account that billing this decision captures (least of cost and the hold), if still held and live when the decision was received. The cost is billed in full either way.
 	HoldID *HoldID `json:"hold_id,omitempty"`
 	ID     string  `json:"id"`
 
 	// OccurredAt Defaults to the time of the request.
 	OccurredAt *time.Time `json:"occurred_at,omitempty"`
+
+	// Subject Who spent (a user, an API client, an agent), matched against `subject` limits.
+	Subject *Subject `json:"subject,omitempty"`
 }
 
 // Draw What a debit took from one lot.
@@ -537,11 +684,29 @@ type Error struct {
 		// Code Stable, snake_case; names the field for bad input.
 		Code string `json:"code"`
 
+		// LimitID `limit_exceeded` only: the hard limit that refused.
+		LimitID *string `json:"limit_id,omitempty"`
+
 		// Message For people; may change.
 		Message string `json:"message"`
+
+		// Period `limit_exceeded` only.
+		Period *ErrorErrorPeriod `json:"period,omitempty"`
+
+		// Remaining `limit_exceeded` only: what the window has left.
+		Remaining *int64 `json:"remaining,omitempty"`
+
+		// WindowStart `limit_exceeded` only: the window that is full.
+		WindowStart *time.Time `json:"window_start,omitempty"`
 	} `json:"error"`
 	Ok interface{} `json:"ok"`
 }
+
+// ErrorErrorPeriod `limit_exceeded` only.
+type ErrorErrorPeriod string
+
+// Feature What was spent on, matched against `feature` limits.
+type Feature = string
 
 // Hold defines model for Hold.
 type Hold struct {
@@ -553,6 +718,9 @@ type Hold struct {
 	CreatedAt      time.Time `json:"created_at"`
 	ExpiresAt      time.Time `json:"expires_at"`
 
+	// Feature What the hold spends on; null when none was named.
+	Feature *string `json:"feature"`
+
 	// ID Chosen by the caller, unique per account.
 	ID HoldID `json:"id"`
 
@@ -561,6 +729,9 @@ type Hold struct {
 
 	// Status Only `held` reserves; the others are terminal, and a hold leaves `held` once.
 	Status HoldStatus `json:"status"`
+
+	// Subject Who the hold spends for; null when none was named.
+	Subject *string `json:"subject"`
 }
 
 // HoldStatus Only `held` reserves; the others are terminal, and a hold leaves `held` once.
@@ -572,6 +743,11 @@ type HoldID = string
 // HoldResult defines model for HoldResult.
 type HoldResult struct {
 	Hold Hold `json:"hold"`
+}
+
+// LimitsResult defines model for LimitsResult.
+type LimitsResult struct {
+	Limits []SpendLimit `json:"limits"`
 }
 
 // Lot defines model for Lot.
@@ -644,6 +820,42 @@ type RechargeBudget struct {
 
 // RechargeBudgetPeriod defines model for RechargeBudget.Period.
 type RechargeBudgetPeriod string
+
+// SpendLimit defines model for SpendLimit.
+type SpendLimit struct {
+	Amount    int64     `json:"amount"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Held Holds still held, authorised in the window.
+	Held int64          `json:"held"`
+	ID   string         `json:"id"`
+	Mode SpendLimitMode `json:"mode"`
+
+	// Over What decisions billed without a hold took past a hard cap.
+	Over   int64            `json:"over"`
+	Period SpendLimitPeriod `json:"period"`
+
+	// Remaining max(0, amount - spent - held).
+	Remaining  int64           `json:"remaining"`
+	Scope      SpendLimitScope `json:"scope"`
+	ScopeValue *string         `json:"scope_value"`
+
+	// Spent Captures and billed decisions in the window.
+	Spent     int64     `json:"spent"`
+	WindowEnd time.Time `json:"window_end"`
+
+	// WindowStart The current window, on the database clock.
+	WindowStart time.Time `json:"window_start"`
+}
+
+// SpendLimitMode defines model for SpendLimit.Mode.
+type SpendLimitMode string
+
+// SpendLimitPeriod defines model for SpendLimit.Period.
+type SpendLimitPeriod string
+
+// SpendLimitScope defines model for SpendLimit.Scope.
+type SpendLimitScope string
 
 // StripeDrift A difference between Stripe and the ledger.
 type StripeDrift struct {
@@ -718,6 +930,9 @@ type StripeEventOutcome string
 // StripeEventParkedReason defines model for StripeEvent.ParkedReason.
 type StripeEventParkedReason string
 
+// Subject Who spent (a user, an API client, an agent), matched against `subject` limits.
+type Subject = string
+
 // Topup defines model for Topup.
 type Topup struct {
 	AccountID   AccountID `json:"account_id"`
@@ -746,6 +961,9 @@ type TopupResult struct {
 
 // Limit defines model for Limit.
 type Limit = int
+
+// LimitID defines model for LimitID.
+type LimitID = string
 
 // AccountNotFound defines model for AccountNotFound.
 type AccountNotFound = Error
@@ -831,8 +1049,14 @@ type PostHoldJSONBody struct {
 	// ExpiresIn A Go duration from "1s" to "168h"; "15m" when absent.
 	ExpiresIn *string `json:"expires_in,omitempty"`
 
+	// Feature What was spent on, matched against `feature` limits.
+	Feature *Feature `json:"feature,omitempty"`
+
 	// ID Chosen by the caller, unique per account.
 	ID HoldID `json:"id"`
+
+	// Subject Who spent (a user, an API client, an agent), matched against `subject` limits.
+	Subject *Subject `json:"subject,omitempty"`
 }
 
 // CaptureHoldJSONBody defines parameters for CaptureHold.
@@ -840,6 +1064,26 @@ type CaptureHoldJSONBody struct {
 	// Amount At most the hold's amount; all of it when absent.
 	Amount *int64 `json:"amount,omitempty"`
 }
+
+// PutLimitJSONBody defines parameters for PutLimit.
+type PutLimitJSONBody struct {
+	Amount int64                  `json:"amount"`
+	Mode   PutLimitJSONBodyMode   `json:"mode"`
+	Period PutLimitJSONBodyPeriod `json:"period"`
+	Scope  PutLimitJSONBodyScope  `json:"scope"`
+
+	// ScopeValue The subject or feature; left out for `account`.
+	ScopeValue *string `json:"scope_value,omitempty"`
+}
+
+// PutLimitJSONBodyMode defines parameters for PutLimit.
+type PutLimitJSONBodyMode string
+
+// PutLimitJSONBodyPeriod defines parameters for PutLimit.
+type PutLimitJSONBodyPeriod string
+
+// PutLimitJSONBodyScope defines parameters for PutLimit.
+type PutLimitJSONBodyScope string
 
 // ListLotsParams defines parameters for ListLots.
 type ListLotsParams struct {
@@ -943,6 +1187,9 @@ type PostHoldJSONRequestBody PostHoldJSONBody
 
 // CaptureHoldJSONRequestBody defines body for CaptureHold for application/json ContentType.
 type CaptureHoldJSONRequestBody CaptureHoldJSONBody
+
+// PutLimitJSONRequestBody defines body for PutLimit for application/json ContentType.
+type PutLimitJSONRequestBody PutLimitJSONBody
 
 // PutRechargeJSONRequestBody defines body for PutRecharge for application/json ContentType.
 type PutRechargeJSONRequestBody PutRechargeJSONBody
@@ -1183,6 +1430,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/accounts/{id}/holds/{hold_id}/void (the `VoidHold` operationId).
 	VoidHold(ctx context.Context, id AccountID, holdID HoldID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLimits The account's spend limits, each with its current window.
+	//
+	// Corresponds with GET /v1/accounts/{id}/limits (the `GetLimits` operationId).
+	GetLimits(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteLimit Delete a spend limit and its windows.
+	//
+	// Corresponds with DELETE /v1/accounts/{id}/limits/{limit_id} (the `DeleteLimit` operationId).
+	DeleteLimit(ctx context.Context, id AccountID, limitID LimitID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutLimitWithBody Create or replace a spend limit.
+	//
+	// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+	// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+	// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+	// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+	// keeps what the windows counted.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+	PutLimitWithBody(ctx context.Context, id AccountID, limitID LimitID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutLimit Create or replace a spend limit.
+	//
+	// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+	// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+	// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+	// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+	// keeps what the windows counted.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+	PutLimit(ctx context.Context, id AccountID, limitID LimitID, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLots An account's credit lots, in draw order.
 	//
@@ -1661,6 +1944,82 @@ func (c *Client) CaptureHold(ctx context.Context, id AccountID, holdID HoldID, b
 // Corresponds with POST /v1/accounts/{id}/holds/{hold_id}/void (the `VoidHold` operationId).
 func (c *Client) VoidHold(ctx context.Context, id AccountID, holdID HoldID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewVoidHoldRequest(c.Server, id, holdID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLimits The account's spend limits, each with its current window.
+//
+// Corresponds with GET /v1/accounts/{id}/limits (the `GetLimits` operationId).
+func (c *Client) GetLimits(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLimitsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteLimit Delete a spend limit and its windows.
+//
+// Corresponds with DELETE /v1/accounts/{id}/limits/{limit_id} (the `DeleteLimit` operationId).
+func (c *Client) DeleteLimit(ctx context.Context, id AccountID, limitID LimitID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteLimitRequest(c.Server, id, limitID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutLimitWithBody Create or replace a spend limit.
+//
+// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+// keeps what the windows counted.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+func (c *Client) PutLimitWithBody(ctx context.Context, id AccountID, limitID LimitID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutLimitRequestWithBody(c.Server, id, limitID, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutLimit Create or replace a spend limit.
+//
+// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+// keeps what the windows counted.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+func (c *Client) PutLimit(ctx context.Context, id AccountID, limitID LimitID, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutLimitRequest(c.Server, id, limitID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2525,6 +2884,135 @@ func NewVoidHoldRequest(server string, id AccountID, holdID HoldID) (*http.Reque
 	return req, nil
 }
 
+// NewGetLimitsRequest constructs an http.Request for the GetLimits method
+func NewGetLimitsRequest(server string, id AccountID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/accounts/%s/limits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteLimitRequest constructs an http.Request for the DeleteLimit method
+func NewDeleteLimitRequest(server string, id AccountID, limitID LimitID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "limit_id", limitID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/accounts/%s/limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutLimitRequest calls the generic PutLimit builder with application/json body
+func NewPutLimitRequest(server string, id AccountID, limitID LimitID, body PutLimitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutLimitRequestWithBody(server, id, limitID, "application/json", bodyReader)
+}
+
+// NewPutLimitRequestWithBody constructs an http.Request for the PutLimit method, with any body, and a specified content type
+func NewPutLimitRequestWithBody(server string, id AccountID, limitID LimitID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "limit_id", limitID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/accounts/%s/limits/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListLotsRequest constructs an http.Request for the ListLots method
 func NewListLotsRequest(server string, id AccountID, params *ListLotsParams) (*http.Request, error) {
 	var err error
@@ -3299,6 +3787,46 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/accounts/{id}/holds/{hold_id}/void (the `VoidHold` operationId).
 	VoidHoldWithResponse(ctx context.Context, id AccountID, holdID HoldID, reqEditors ...RequestEditorFn) (*VoidHoldResponse, error)
+
+	// GetLimitsWithResponse The account's spend limits, each with its current window.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/accounts/{id}/limits (the `GetLimits` operationId).
+	GetLimitsWithResponse(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*GetLimitsResponse, error)
+
+	// DeleteLimitWithResponse Delete a spend limit and its windows.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/accounts/{id}/limits/{limit_id} (the `DeleteLimit` operationId).
+	DeleteLimitWithResponse(ctx context.Context, id AccountID, limitID LimitID, reqEditors ...RequestEditorFn) (*DeleteLimitResponse, error)
+
+	// PutLimitWithBodyWithResponse Create or replace a spend limit.
+	//
+	// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+	// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+	// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+	// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+	// keeps what the windows counted.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+	PutLimitWithBodyWithResponse(ctx context.Context, id AccountID, limitID LimitID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
+
+	// PutLimitWithResponse Create or replace a spend limit.
+	//
+	// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+	// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+	// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+	// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+	// keeps what the windows counted.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+	PutLimitWithResponse(ctx context.Context, id AccountID, limitID LimitID, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
 
 	// ListLotsWithResponse An account's credit lots, in draw order.
 	//
@@ -4592,6 +5120,269 @@ func (r VoidHoldResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r VoidHoldResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetLimitsResponse429Headers the declared response headers of an HTTP 429 response for GetLimits
+type GetLimitsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type GetLimitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LimitsResult
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLimitsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLimitsResponse) GetJSON200() *LimitsResult {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetLimitsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetLimitsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetLimitsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetLimitsResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetLimitsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLimitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLimitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLimitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLimitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteLimitResponse429Headers the declared response headers of an HTTP 429 response for DeleteLimit
+type DeleteLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
+type DeleteLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteLimitResponse429Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteLimitResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteLimitResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteLimitResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteLimitResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r DeleteLimitResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteLimitResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutLimitResponse429Headers the declared response headers of an HTTP 429 response for PutLimit
+type PutLimitResponse429Headers struct {
+	RetryAfter *int
+}
+
+type PutLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LimitsResult
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *AccountNotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutLimitResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutLimitResponse) GetJSON200() *LimitsResult {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutLimitResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutLimitResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutLimitResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutLimitResponse) GetJSON404() *AccountNotFound {
+	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutLimitResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r PutLimitResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PutLimitResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutLimitResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5995,6 +6786,70 @@ func (c *ClientWithResponses) VoidHoldWithResponse(ctx context.Context, id Accou
 	return ParseVoidHoldResponse(rsp)
 }
 
+// GetLimitsWithResponse The account's spend limits, each with its current window.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/accounts/{id}/limits (the `GetLimits` operationId).
+func (c *ClientWithResponses) GetLimitsWithResponse(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*GetLimitsResponse, error) {
+	rsp, err := c.GetLimits(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLimitsResponse(rsp)
+}
+
+// DeleteLimitWithResponse Delete a spend limit and its windows.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/accounts/{id}/limits/{limit_id} (the `DeleteLimit` operationId).
+func (c *ClientWithResponses) DeleteLimitWithResponse(ctx context.Context, id AccountID, limitID LimitID, reqEditors ...RequestEditorFn) (*DeleteLimitResponse, error) {
+	rsp, err := c.DeleteLimit(ctx, id, limitID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteLimitResponse(rsp)
+}
+
+// PutLimitWithBodyWithResponse Create or replace a spend limit.
+//
+// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+// keeps what the windows counted.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, id AccountID, limitID LimitID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
+	rsp, err := c.PutLimitWithBody(ctx, id, limitID, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutLimitResponse(rsp)
+}
+
+// PutLimitWithResponse Create or replace a spend limit.
+//
+// A cap per calendar period in UTC on the database clock (`week` starts Monday) on the whole account, one
+// subject or one feature. `hard`: an authorisation that would take the current window past `amount` is
+// refused (409 `limit_exceeded`) in the statement that reserves it; decisions billed without a hold are
+// billed in full and their overshoot counted in `over`. `soft`: `limit.reached` once per window. Replacing
+// keeps what the windows counted.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/accounts/{id}/limits/{limit_id} (the `PutLimit` operationId).
+func (c *ClientWithResponses) PutLimitWithResponse(ctx context.Context, id AccountID, limitID LimitID, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
+	rsp, err := c.PutLimit(ctx, id, limitID, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutLimitResponse(rsp)
+}
+
 // ListLotsWithResponse An account's credit lots, in draw order.
 //
 // The lots with credit left, in the order debits draw them: priority, then expires_at (nulls
@@ -7229,6 +8084,245 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 	switch {
 	case rsp.StatusCode == 429:
 		var headers VoidHoldResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLimitsResponse parses an HTTP response from a GetLimitsWithResponse call
+func ParseGetLimitsResponse(rsp *http.Response) (*GetLimitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLimitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LimitsResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetLimitsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteLimitResponse parses an HTTP response from a DeleteLimitWithResponse call
+func ParseDeleteLimitResponse(rsp *http.Response) (*DeleteLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers DeleteLimitResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutLimitResponse parses an HTTP response from a PutLimitWithResponse call
+func ParsePutLimitResponse(rsp *http.Response) (*PutLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LimitsResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest AccountNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers PutLimitResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

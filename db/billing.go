@@ -38,6 +38,9 @@ type BilledChunk struct {
 	Unbillable []Unbillable
 	// HoldsCaptured are the holds captured by the decisions billed, in the same transaction.
 	HoldsCaptured []DecisionHold
+	// OverLimit is what the decisions billed took past hard spend limits' caps (billed in full all the
+	// same), counted in their windows' over.
+	OverLimit int64
 }
 
 // WaitingAccount counts the unbilled decisions of one chunk whose account does not exist yet.
@@ -110,6 +113,10 @@ func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size in
 		}
 		// A decision's hold is resolved with its bill: a separate statement after the usage insert.
 		if out.HoldsCaptured, err = CaptureHoldsForDecisions(ctx, tx, afterSeq, out.UptoSeq, locked); err != nil {
+			return err
+		}
+		// What the decisions spent beyond their holds counts in their spend windows, with the bill.
+		if out.OverLimit, err = countDecisions(ctx, q, entries, out.HoldsCaptured); err != nil {
 			return err
 		}
 		out.Posted = entries

@@ -37,6 +37,8 @@ var accountTables = []string{
 	"recharge_blocks",
 	"stripe_drift",
 	"audit_log",
+	"spend_limits", // before spend_windows, whose foreign key names it
+	"spend_windows",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.

@@ -227,13 +227,13 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	if _, err := ledger.PostGrouped(ctx, db.Posting{AccountID: one, Kind: db.KindAdjustment, Amount: -5, DedupeKey: "api:one:1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ledger.AuthoriseHoldGrouped(ctx, one, "h_capture", 50, time.Hour); err != nil {
+	if _, err := ledger.AuthoriseHoldGrouped(ctx, one, db.HoldRequest{ID: "h_capture", Amount: 50, ExpiresIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ledger.CaptureHold(ctx, one, "h_capture", 20); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ledger.AuthoriseHoldGrouped(ctx, one, "h_void", 50, time.Hour); err != nil {
+	if _, err := ledger.AuthoriseHoldGrouped(ctx, one, db.HoldRequest{ID: "h_void", Amount: 50, ExpiresIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.VoidHold(ctx, pool, one, "h_void"); err != nil {
@@ -267,7 +267,7 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 
 	// The set-based passes, over every account: billing, holds and lots past their time.
 	for _, a := range accounts[1:] {
-		if _, err := ledger.AuthoriseHoldGrouped(ctx, a, "h_old", 10, time.Hour); err != nil {
+		if _, err := ledger.AuthoriseHoldGrouped(ctx, a, db.HoldRequest{ID: "h_old", Amount: 10, ExpiresIn: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}

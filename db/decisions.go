@@ -15,6 +15,8 @@ type Decision struct {
 	Cost       int64
 	OccurredAt time.Time
 	HoldID     string // empty: none; billing the decision captures this hold of its account
+	Subject    string // empty: none; who spent, matched against subject limits
+	Feature    string // empty: none; what was spent on, matched against feature limits
 }
 
 // DecisionsStored is the outcome of StoreDecisions, counted over the batch as offered.
@@ -22,9 +24,10 @@ type DecisionsStored struct {
 	// Accepted counts the decisions this call stored.
 	Accepted int
 	// Duplicates counts the items whose id was stored before (or earlier in the batch) with the same
-	// account, cost and hold.
+	// account, cost, hold, subject and feature.
 	Duplicates int
-	// Conflicts names, once each and in batch order, the ids stored with another account, cost or hold.
+	// Conflicts names, once each and in batch order, the ids stored with another account, cost, hold,
+	// subject or feature.
 	Conflicts []string
 }
 
@@ -45,6 +48,8 @@ func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsSto
 		params.Costs = append(params.Costs, d.Cost)
 		params.OccurredAts = append(params.OccurredAts, d.OccurredAt)
 		params.HoldIDs = append(params.HoldIDs, d.HoldID)
+		params.Subjects = append(params.Subjects, d.Subject)
+		params.Features = append(params.Features, d.Feature)
 	}
 	queries := dbsqlc.New(q)
 	inserted, err := queries.DecisionsInsert(ctx, params)
@@ -71,7 +76,8 @@ func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsSto
 	for _, d := range batch {
 		row := stored[d.ID]
 		switch {
-		case row.AccountID != d.AccountID || row.Cost != d.Cost || deref(row.HoldID) != d.HoldID:
+		case row.AccountID != d.AccountID || row.Cost != d.Cost || deref(row.HoldID) != d.HoldID ||
+			deref(row.Subject) != d.Subject || deref(row.Feature) != d.Feature:
 			if !conflicted[d.ID] {
 				conflicted[d.ID] = true
 				out.Conflicts = append(out.Conflicts, d.ID)

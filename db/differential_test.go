@@ -300,7 +300,7 @@ func TestDifferentialBillingAndExpiry(t *testing.T) {
 					}
 					for h := range 3 {
 						hold := fmt.Sprintf("h%d", h)
-						if _, err := db.AuthoriseHold(ctx, pool, a, hold, 40, time.Hour); err != nil {
+						if _, err := db.AuthoriseHold(ctx, pool, a, db.HoldRequest{ID: hold, Amount: 40, ExpiresIn: time.Hour}); err != nil {
 							t.Fatal(err)
 						}
 						if _, err := l.CaptureHold(ctx, a, hold, int64(10+10*h)); err != nil {

@@ -44,10 +44,11 @@ var (
 
 // constraintErrors maps a named schema object, by table and name, to the sentinel its violation means.
 var constraintErrors = map[[2]string]error{
-	{"ledger", "ledger_account_fk"}:      ErrAccountNotFound,
-	{"topups", "topups_account_fk"}:      ErrAccountNotFound,
-	{"holds", "holds_account_fk"}:        ErrAccountNotFound,
-	{"ledger", "ledger_kind_sign_check"}: ErrInvalidAmount,
+	{"ledger", "ledger_account_fk"}:             ErrAccountNotFound,
+	{"topups", "topups_account_fk"}:             ErrAccountNotFound,
+	{"holds", "holds_account_fk"}:               ErrAccountNotFound,
+	{"spend_limits", "spend_limits_account_fk"}: ErrAccountNotFound,
+	{"ledger", "ledger_kind_sign_check"}:        ErrInvalidAmount,
 	// Raised by ledger_refuse_change, the function behind triggers ledger_append_only and ledger_no_truncate.
 	{"ledger", "ledger_append_only"}: ErrAppendOnly,
 	// Raised by ledger_chain_advance, the function behind trigger ledger_chain.

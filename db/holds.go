@@ -46,6 +46,20 @@ type Hold struct {
 	ExpiresAt  time.Time
 	CreatedAt  time.Time
 	ResolvedAt *time.Time
+	Subject    string // empty: none
+	Feature    string // empty: none
+	// LimitIDs are the spend limits the hold was counted against, each in the window of WindowStarts.
+	LimitIDs     []string
+	WindowStarts []time.Time
+}
+
+// HoldRequest asks for a hold: the caller's id, the amount, how long it lives, and who spends it on
+// what (empty: none), which decides the spend limits it counts against.
+type HoldRequest struct {
+	ID               string
+	Amount           int64
+	ExpiresIn        time.Duration
+	Subject, Feature string
 }
 
 // HoldKey is the dedupe key of the usage entry a hold's capture through the API posts: once per hold.
@@ -55,6 +69,7 @@ func holdFromRow(r dbsqlc.Hold) Hold {
 	h := Hold{
 		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, DecisionID: deref(r.DecisionID),
 		ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+		Subject: deref(r.Subject), Feature: deref(r.Feature), LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts,
 	}
 	if r.CapturedAmount != nil {
 		h.CapturedAmount = *r.CapturedAmount
@@ -70,53 +85,90 @@ type HoldAuthorised struct {
 	Created bool
 }
 
-// AuthoriseHold reserves amount on the account under the caller's hold id, for expiresIn, in one
+// AuthoriseHold reserves the hold's amount on the account under the caller's hold id, in one
 // transaction: the account row is locked (first, as on every path that writes holds, so that a group
-// of authorisations and this one never wait for each other in opposite orders), the hold is inserted
-// (holds_pkey makes a repeated id a replay), then reserved by AccountsHeldReserve, whose condition on
-// the locked row (balance - held >= amount) is the only check, never an earlier read. When it refuses,
-// the transaction rolls back and nothing is kept: a refused authorisation leaves no hold to capture.
+// of authorisations and this one never wait for each other in opposite orders), the current windows of
+// its spend limits are opened, and HoldsInsertGroup inserts the hold (holds_pkey makes a repeated id a
+// replay), reserves it only while balance - held covers it, and counts it in the window of every limit
+// that applies, a hard limit's only while spent + held + amount stays within its cap. Those conditions
+// on the locked rows are the only checks, never an earlier read. When one refuses, the transaction
+// rolls back and nothing is kept: a refused authorisation leaves no hold to capture, and moves no window.
 //
-// Errors: ErrInsufficientBalance (available balance short), ErrDedupeConflict (the id is held with
-// another amount), ErrAccountNotFound.
-func AuthoriseHold(ctx context.Context, b Beginner, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
+// Errors: ErrInsufficientBalance (available balance short), *LimitExceededError (ErrLimitExceeded: a
+// hard limit's window would go past its cap), ErrDedupeConflict (the id is held with another amount),
+// ErrAccountNotFound.
+func AuthoriseHold(ctx context.Context, b Beginner, accountID string, req HoldRequest) (HoldAuthorised, error) {
 	var out HoldAuthorised
 	err := InTx(ctx, b, func(tx Tx) error {
 		q := dbsqlc.New(tx)
 		if locked, err := lockAccounts(ctx, q, []string{accountID}); err != nil {
 			return err
 		} else if len(locked) == 0 {
-			return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrAccountNotFound)
+			return fmt.Errorf("hold %s of %s: %w", req.ID, accountID, ErrAccountNotFound)
 		}
-		row, err := q.HoldsInsert(ctx, dbsqlc.HoldsInsertParams{
-			AccountID: accountID, ID: holdID, Amount: amount, ExpiresInSeconds: expiresIn.Seconds(),
-		})
-		if isNoRows(err) {
-			stored, err := GetHold(ctx, tx, accountID, holdID)
+		windows, err := openWindows(ctx, q, accountID)
+		if err != nil {
+			return err
+		}
+		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}, windows))
+		if err != nil {
+			return fmt.Errorf("insert hold %s of %s: %w", req.ID, accountID, MapError(err))
+		}
+		if len(rows) == 0 {
+			stored, err := GetHold(ctx, tx, accountID, req.ID)
 			if err != nil {
 				return err
 			}
 			out = HoldAuthorised{Hold: stored}
-			if stored.Amount != amount {
-				return fmt.Errorf("%w: hold %s of %s holds %d, asked for %d", ErrDedupeConflict, holdID, accountID, stored.Amount, amount)
+			if stored.Amount != req.Amount {
+				return fmt.Errorf("%w: hold %s of %s holds %d, asked for %d", ErrDedupeConflict, req.ID, accountID, stored.Amount, req.Amount)
 			}
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("insert hold %s of %s: %w", holdID, accountID, MapError(err))
-		}
-		_, err = q.AccountsHeldReserve(ctx, dbsqlc.AccountsHeldReserveParams{ID: accountID, Amount: amount})
-		if isNoRows(err) {
+		switch r := rows[0]; {
+		case !r.Reserved:
 			// The account is locked: the condition refused it.
-			return fmt.Errorf("hold %d on %s: %w", amount, accountID, ErrInsufficientBalance)
+			return fmt.Errorf("hold %d on %s: %w", req.Amount, accountID, ErrInsufficientBalance)
+		case !r.WithinLimits:
+			if err := windows.refusal(req, nil); err != nil {
+				return err
+			}
+			return fmt.Errorf("spend windows of %s: the limits that apply to hold %s are not the ones opened under the lock", accountID, req.ID)
+		default:
+			out = HoldAuthorised{Hold: holdFromInserted(r), Created: true}
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("reserve %d on %s: %w", amount, accountID, MapError(err))
-		}
-		out = HoldAuthorised{Hold: holdFromRow(row), Created: true}
-		return nil
 	})
 	return out, err
+}
+
+// holdsInsertParams are HoldsInsertGroup's arrays for the holds of one account, each hold paired with
+// the window of every limit of windows that applies to it (the statement checks that none is missing).
+func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindows) dbsqlc.HoldsInsertGroupParams {
+	arg := dbsqlc.HoldsInsertGroupParams{AccountID: accountID}
+	for _, r := range reqs {
+		arg.IDs = append(arg.IDs, r.ID)
+		arg.Amounts = append(arg.Amounts, r.Amount)
+		arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ExpiresIn.Seconds())
+		arg.Subjects = append(arg.Subjects, r.Subject)
+		arg.Features = append(arg.Features, r.Feature)
+		for _, w := range windows {
+			if w.applies(r.Subject, r.Feature) {
+				arg.PairHoldIDs = append(arg.PairHoldIDs, r.ID)
+				arg.PairLimitIDs = append(arg.PairLimitIDs, w.ID)
+				arg.PairWindowStarts = append(arg.PairWindowStarts, w.WindowStart)
+			}
+		}
+	}
+	return arg
+}
+
+func holdFromInserted(r dbsqlc.HoldsInsertGroupRow) Hold {
+	return holdFromRow(dbsqlc.Hold{
+		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
+		DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+		Subject: r.Subject, Feature: r.Feature, LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts,
+	})
 }
 
 // GetHold returns the hold, or ErrHoldNotFound.
@@ -354,10 +406,21 @@ func lockHoldAccount(ctx context.Context, q *dbsqlc.Queries, accountID, holdID s
 	return nil
 }
 
-// releaseHeld releases a resolved hold's reservation.
+// releaseHeld releases a resolved hold's reservation, on the account and in the spend windows it was
+// counted in, where what it captured (if anything) becomes spent.
 func releaseHeld(ctx context.Context, q *dbsqlc.Queries, h Hold) error {
 	if _, err := q.AccountsHeldRelease(ctx, dbsqlc.AccountsHeldReleaseParams{ID: h.AccountID, Amount: h.Amount}); err != nil {
 		return fmt.Errorf("release hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
+	}
+	if len(h.LimitIDs) == 0 {
+		return nil
+	}
+	err := q.SpendWindowsRelease(ctx, dbsqlc.SpendWindowsReleaseParams{
+		AccountID: h.AccountID, LimitIDs: h.LimitIDs, WindowStarts: h.WindowStarts, HoldCreatedAt: h.CreatedAt,
+		Amount: h.Amount, Captured: h.CapturedAmount,
+	})
+	if err != nil {
+		return fmt.Errorf("release hold %s of %s from its spend windows: %w", h.ID, h.AccountID, MapError(err))
 	}
 	return nil
 }
@@ -500,17 +563,11 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 // others. A group that fails as a whole with a transient error answers that error to every member; any
 // other failure is resolved by authorising its members one transaction each. It returns once the group
 // committed (or failed).
-func (l *Ledger) AuthoriseHoldGrouped(ctx context.Context, accountID, holdID string, amount int64, expiresIn time.Duration) (HoldAuthorised, error) {
-	return l.holds.do(ctx, accountID, authRequest{holdID: holdID, amount: amount, ttl: expiresIn})
+func (l *Ledger) AuthoriseHoldGrouped(ctx context.Context, accountID string, req HoldRequest) (HoldAuthorised, error) {
+	return l.holds.do(ctx, accountID, req)
 }
 
-type authRequest struct {
-	holdID string
-	amount int64
-	ttl    time.Duration
-}
-
-type authMember = groupMember[authRequest, HoldAuthorised]
+type authMember = groupMember[HoldRequest, HoldAuthorised]
 
 func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
 	ctx, cancel, span := groupContext(l.cfg.Tracing, "group_commit.holds", group)
@@ -545,15 +602,15 @@ func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
 		}
 	}
 	for _, m := range group {
-		m.reply(AuthoriseHold(ctx, l.pool, account, m.req.holdID, m.req.amount, m.req.ttl))
+		m.reply(AuthoriseHold(ctx, l.pool, account, m.req))
 	}
 }
 
 // authoriseGroup runs one group in one transaction and, once it committed, answers every member.
 // With readIDs, the group's stored holds are read first, so that replays and conflicts are planned as
 // such; without, every id is assumed new and a taken one (HoldsInsertGroup returns no row for it) rolls
-// the group back with errRegroup. Skipping the read keeps the common case at two statements: the
-// account's lock, then the insert with its reservation.
+// the group back with errRegroup. Skipping the read keeps the common case at three statements: the
+// account's lock, its spend windows opened, then the insert with its reservations.
 func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*authMember, readIDs bool) error {
 	var answers []groupAnswer[HoldAuthorised]
 	err := InTx(ctx, l.pool, func(tx Tx) error {
@@ -566,13 +623,17 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 			return errPostAlone
 		}
 		locked := rows[0]
+		windows, err := openWindows(ctx, q, account)
+		if err != nil {
+			return err
+		}
 		stored := map[string]Hold{}
 		if readIDs {
 			if stored, err = storedHolds(ctx, q, account, holdIDs(group, nil)); err != nil {
 				return err
 			}
 		}
-		plan := planHolds(account, group, locked.Balance-locked.Held, stored)
+		plan := planHolds(account, group, locked.Balance-locked.Held, windows, stored)
 		if refused := plan.refused(); !readIDs && len(refused) > 0 {
 			// A refusal is final only for an id never held: a retried authorisation is a replay (or
 			// a conflict) however the balance moved since. Refused members claim nothing, so reading
@@ -580,20 +641,17 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 			if stored, err = storedHolds(ctx, q, account, holdIDs(group, refused)); err != nil {
 				return err
 			}
-			plan = planHolds(account, group, locked.Balance-locked.Held, stored)
+			plan = planHolds(account, group, locked.Balance-locked.Held, windows, stored)
 		}
 		answers = plan.answers
 		if len(plan.admit) == 0 {
 			return nil
 		}
-		arg := dbsqlc.HoldsInsertGroupParams{AccountID: account}
-		for _, i := range plan.admit {
-			r := group[i].req
-			arg.IDs = append(arg.IDs, r.holdID)
-			arg.Amounts = append(arg.Amounts, r.amount)
-			arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ttl.Seconds())
+		admitted := make([]HoldRequest, len(plan.admit))
+		for k, i := range plan.admit {
+			admitted[k] = group[i].req
 		}
-		inserted, err := q.HoldsInsertGroup(ctx, arg)
+		inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows))
 		if err != nil {
 			return fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
 		}
@@ -603,15 +661,15 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 		if !inserted[0].Reserved {
 			return fmt.Errorf("available balance of %s moved under the group's lock: %d held no longer fit", account, plan.total)
 		}
+		if !inserted[0].WithinLimits {
+			return fmt.Errorf("spend windows of %s moved under the group's lock: the admitted holds no longer fit", account)
+		}
 		byID := make(map[string]Hold, len(inserted))
 		for _, r := range inserted {
-			byID[r.ID] = holdFromRow(dbsqlc.Hold{
-				AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
-				DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
-			})
+			byID[r.ID] = holdFromInserted(r)
 		}
 		for _, i := range plan.admit {
-			answers[i].ans = HoldAuthorised{Hold: byID[group[i].req.holdID], Created: true}
+			answers[i].ans = HoldAuthorised{Hold: byID[group[i].req.ID], Created: true}
 		}
 		for i, first := range plan.duplicateOf {
 			answers[i] = settledHold(answers[first].ans.Hold, group[i].req, account)
@@ -628,7 +686,7 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 }
 
 // holdsPlan is what one group of authorisations will do, decided in arrival order against the
-// locked available balance.
+// locked available balance and spend windows.
 type holdsPlan struct {
 	answers     []groupAnswer[HoldAuthorised] // final for members neither admitted nor duplicates
 	admit       []int                         // members to insert, in order
@@ -638,28 +696,34 @@ type holdsPlan struct {
 
 // planHolds is the sequence of single authorisations, replayed in memory: a stored id is answered as a
 // replay or a conflict before admission is considered; each other member is admitted against the
-// available balance the admitted members before it left; an id claimed earlier in the group makes it
-// a replay or a conflict of that member. A refused member claims nothing, as its own transaction
-// would have rolled back.
-func planHolds(account string, group []*authMember, available int64, stored map[string]Hold) holdsPlan {
+// available balance and the room in the windows of the limits that apply to it that the admitted
+// members before it left; an id claimed earlier in the group makes it a replay or a conflict of that
+// member. A refused member claims nothing, as its own transaction would have rolled back.
+func planHolds(account string, group []*authMember, available int64, windows spendWindows, stored map[string]Hold) holdsPlan {
 	plan := holdsPlan{answers: make([]groupAnswer[HoldAuthorised], len(group)), duplicateOf: map[int]int{}}
 	claimed := map[string]int{}
+	taken := make([]int64, len(windows)) // what the admitted members took of each window
 	for i, m := range group {
 		r := m.req
-		if prior, ok := stored[r.holdID]; ok {
+		if prior, ok := stored[r.ID]; ok {
 			plan.answers[i] = settledHold(prior, r, account)
 			continue
 		}
-		if first, ok := claimed[r.holdID]; ok {
+		if first, ok := claimed[r.ID]; ok {
 			plan.duplicateOf[i] = first
 			continue
 		}
-		if r.amount > available-plan.total {
-			plan.answers[i].err = fmt.Errorf("hold %d on %s: %w", r.amount, account, ErrInsufficientBalance)
+		if r.Amount > available-plan.total {
+			plan.answers[i].err = fmt.Errorf("hold %d on %s: %w", r.Amount, account, ErrInsufficientBalance)
 			continue
 		}
-		plan.total += r.amount
-		claimed[r.holdID] = i
+		if err := windows.refusal(r, taken); err != nil {
+			plan.answers[i].err = err
+			continue
+		}
+		windows.take(r, taken)
+		plan.total += r.Amount
+		claimed[r.ID] = i
 		plan.admit = append(plan.admit, i)
 	}
 	return plan
@@ -681,13 +745,13 @@ func holdIDs(group []*authMember, members []int) []string {
 	if members == nil {
 		ids := make([]string, len(group))
 		for i, m := range group {
-			ids[i] = m.req.holdID
+			ids[i] = m.req.ID
 		}
 		return ids
 	}
 	ids := make([]string, len(members))
 	for k, i := range members {
-		ids[k] = group[i].req.holdID
+		ids[k] = group[i].req.ID
 	}
 	return ids
 }
@@ -707,10 +771,10 @@ func storedHolds(ctx context.Context, q *dbsqlc.Queries, account string, ids []s
 
 // settledHold answers an authorisation whose id is held already: a replay with the same amount, a
 // conflict with another.
-func settledHold(prior Hold, r authRequest, account string) groupAnswer[HoldAuthorised] {
-	if prior.Amount != r.amount {
+func settledHold(prior Hold, r HoldRequest, account string) groupAnswer[HoldAuthorised] {
+	if prior.Amount != r.Amount {
 		return groupAnswer[HoldAuthorised]{ans: HoldAuthorised{Hold: prior}, err: fmt.Errorf("%w: hold %s of %s holds %d, asked for %d",
-			ErrDedupeConflict, r.holdID, account, prior.Amount, r.amount)}
+			ErrDedupeConflict, r.ID, account, prior.Amount, r.Amount)}
 	}
 	return groupAnswer[HoldAuthorised]{ans: HoldAuthorised{Hold: prior}}
 }

@@ -26,7 +26,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_hot", "usd", 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.AuthoriseHold(ctx, pool, "acct_hot", "stored", 10, time.Hour); err != nil {
+	if _, err := db.AuthoriseHold(ctx, pool, "acct_hot", db.HoldRequest{ID: "stored", Amount: 10, ExpiresIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	auths := []authorisation{
@@ -51,7 +51,7 @@ func TestHoldAuthoriserGroupAnswersEachCallerAsItsOwnTransaction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * stagger)
-			outs[i], errs[i] = authoriser.AuthoriseHoldGrouped(ctx, "acct_hot", a.hold, a.amount, time.Hour)
+			outs[i], errs[i] = authoriser.AuthoriseHoldGrouped(ctx, "acct_hot", db.HoldRequest{ID: a.hold, Amount: a.amount, ExpiresIn: time.Hour})
 		}()
 	}
 	wg.Wait()
@@ -89,7 +89,7 @@ func TestHoldAuthoriserUnknownAccount(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := authoriser.AuthoriseHoldGrouped(context.Background(), "acct_none", "h", 1, time.Minute); !errors.Is(err, db.ErrAccountNotFound) {
+			if _, err := authoriser.AuthoriseHoldGrouped(context.Background(), "acct_none", db.HoldRequest{ID: "h", Amount: 1, ExpiresIn: time.Minute}); !errors.Is(err, db.ErrAccountNotFound) {
 				t.Errorf("authorise on a missing account: %v", err)
 			}
 		}()
@@ -109,7 +109,7 @@ func authoriseAllAtOnce(authoriser *db.Ledger, account string, auths []authorisa
 		go func() {
 			defer wg.Done()
 			<-start
-			outs[i], errs[i] = authoriser.AuthoriseHoldGrouped(context.Background(), account, a.hold, a.amount, time.Hour)
+			outs[i], errs[i] = authoriser.AuthoriseHoldGrouped(context.Background(), account, db.HoldRequest{ID: a.hold, Amount: a.amount, ExpiresIn: time.Hour})
 		}()
 	}
 	close(start)
@@ -230,7 +230,7 @@ func TestOpenHoldsAndHoldsExpiringWithin(t *testing.T) {
 		{"acct_x", "voided", 10 * time.Minute},
 		{"acct_y", "y_soon", 10 * time.Minute},
 	} {
-		if _, err := db.AuthoriseHold(ctx, pool, h.account, h.id, 10, h.ttl); err != nil {
+		if _, err := db.AuthoriseHold(ctx, pool, h.account, db.HoldRequest{ID: h.id, Amount: 10, ExpiresIn: h.ttl}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,7 +278,7 @@ func TestVerifyFindsAHoldPaidTwice(t *testing.T) {
 	if _, err := ledger.CreateAccount(ctx, "acct_twice", "usd", 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.AuthoriseHold(ctx, pool, "acct_twice", "h1", 60, time.Hour); err != nil {
+	if _, err := db.AuthoriseHold(ctx, pool, "acct_twice", db.HoldRequest{ID: "h1", Amount: 60, ExpiresIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ledger.CaptureHold(ctx, "acct_twice", "h1", 60); err != nil {

@@ -120,7 +120,7 @@ type Ledger struct {
 	payCheckout   func(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error)
 
 	postings  *groupQueue[Posting, Posted, lastBalance]
-	holds     *groupQueue[authRequest, HoldAuthorised, struct{}]
+	holds     *groupQueue[HoldRequest, HoldAuthorised, struct{}]
 	checkouts *groupQueue[CheckoutPayment, checkoutAnswer, struct{}] // nil: not grouped
 	// checkoutLockTimeout bounds each lock wait of a group of Checkout Sessions.
 	checkoutLockTimeout time.Duration

@@ -606,7 +606,7 @@ func TestLotsHoldCaptureDraws(t *testing.T) {
 	createAccount(t, pool, "acct")
 	paid := adjust(t, pool, "acct", "p", 100, db.LotTerms{Category: db.LotPaid, Priority: 50})
 	promo := adjust(t, pool, "acct", "q", 30, db.LotTerms{Category: db.LotPromotional, Priority: 50})
-	if _, err := db.AuthoriseHold(ctx, pool, "acct", "h1", 50, time.Minute); err != nil {
+	if _, err := db.AuthoriseHold(ctx, pool, "acct", db.HoldRequest{ID: "h1", Amount: 50, ExpiresIn: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	captured, err := dbtest.Ledger(t, pool).CaptureHold(ctx, "acct", "h1", 50)

@@ -161,7 +161,7 @@ func TestRechargeHoldCaptureJudgedByItsNetEffect(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	rechargeable(t, pool, "acct_hold", 1000, 100, 500)
-	if _, err := db.AuthoriseHold(ctx, pool, "acct_hold", "h1", 950, time.Hour); err != nil {
+	if _, err := db.AuthoriseHold(ctx, pool, "acct_hold", db.HoldRequest{ID: "h1", Amount: 950, ExpiresIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// Available 50: the authorisation is a debit of available.

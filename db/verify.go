@@ -83,6 +83,12 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 	}
 	out = append(out, holds...)
 
+	limits, err := limitViolations(ctx, queries)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, limits...)
+
 	lots, err := lotViolations(ctx, queries, holdGrace)
 	if err != nil {
 		return nil, err

@@ -72,7 +72,7 @@ func TestVerifyFindsEachViolation(t *testing.T) {
 			tamper(t, pool, `UPDATE accounts SET held = 10 WHERE id = 'acct_v'`)
 		}},
 		{"capture", func(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
-			if _, err := db.AuthoriseHold(ctx, pool, "acct_v", "h_cap", 100, time.Hour); err != nil {
+			if _, err := db.AuthoriseHold(ctx, pool, "acct_v", db.HoldRequest{ID: "h_cap", Amount: 100, ExpiresIn: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := dbtest.Ledger(t, pool).CaptureHold(ctx, "acct_v", "h_cap", 60); err != nil {
@@ -81,7 +81,7 @@ func TestVerifyFindsEachViolation(t *testing.T) {
 			tamper(t, pool, `UPDATE holds SET captured_amount = 70 WHERE account_id = 'acct_v' AND id = 'h_cap'`)
 		}},
 		{"expiry", func(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
-			if _, err := db.AuthoriseHold(ctx, pool, "acct_v", "h_old", 100, time.Hour); err != nil {
+			if _, err := db.AuthoriseHold(ctx, pool, "acct_v", db.HoldRequest{ID: "h_old", Amount: 100, ExpiresIn: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			// Backdated past its expiry by more than the grace: the expiry pass has not run.

@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, notify, tracing, statement, billing")
+	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, limits, notify, tracing, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
 	fs.BoolVar(&o.citus, "citus", false, "run the workloads on the machine's PostgreSQL, then on a local Citus cluster (a "+
 		"coordinator and two workers on this machine: the coordination cost, not the scale gain), and print them side by side")
@@ -195,6 +195,9 @@ func (b *bench) all(ctx context.Context) {
 	if b.wants("holds") {
 		b.holds(ctx, d)
 	}
+	if b.wants("limits") {
+		b.limits(ctx, d)
+	}
 	if b.wants("notify") {
 		b.notifications(ctx, d, accounts)
 	}
@@ -300,41 +303,97 @@ func (b *bench) postings(ctx context.Context, d time.Duration) {
 // and through the API. Each workload has an account of its own, funded so that none is refused: a
 // refusal rolls back and would spare the baseline its commit.
 func (b *bench) holds(ctx context.Context, d time.Duration) {
-	const c = 64
-	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	hot, err := b.authorisations(ctx, d, "authorisations hot", "bench_hold_", db.HoldRequest{}, nil)
 	if err != nil {
 		b.rows = append(b.rows, row{result: result{workload: "authorisations hot", errors: 1, firstErr: err.Error()}})
 		return
 	}
-	defer serverPool.Close()
-	account := func(workload string) string { return "bench_hold_" + workload }
-	for _, w := range []string{"tx", "group", "api"} {
-		if _, err := b.ledger.CreateAccount(ctx, account(w), "usd", 1_000_000_000_000); err != nil {
-			b.rows = append(b.rows, row{result: result{workload: "authorisations hot", errors: 1, firstErr: err.Error()}})
+	b.add(hot.oneTx, nil)
+	b.add(hot.grouped, &hot.oneTx)
+	b.rows = append(b.rows, row{result: hot.api, baseline: &hot.oneTx, note: hot.cpu})
+}
+
+// threeLimits are the spend limits of the limits family: one of each scope, all applying to every
+// authorisation of spendingAs, hard, with caps no run reaches, so that each is judged and moved and
+// none refuses.
+var threeLimits = map[string]db.LimitDefinition{
+	"daily":  {Scope: db.ScopeAccount, Period: "day", Amount: db.MaxAmount, Mode: db.LimitHard},
+	"agent":  {Scope: db.ScopeSubject, ScopeValue: "agent-1", Period: "week", Amount: db.MaxAmount, Mode: db.LimitHard},
+	"search": {Scope: db.ScopeFeature, ScopeValue: "search", Period: "month", Amount: db.MaxAmount, Mode: db.LimitHard},
+}
+
+var spendingAs = db.HoldRequest{Subject: "agent-1", Feature: "search"}
+
+// limits measures the holds family's authorisations on one hot account with the three spend limits
+// of threeLimits applying to each, next to the same authorisations (same subject and feature) on an
+// account without limits: directly (one transaction each, and group commit) and through the API.
+func (b *bench) limits(ctx context.Context, d time.Duration) {
+	without, err := b.authorisations(ctx, d, "authorisations hot, no limits", "bench_nolimit_", spendingAs, nil)
+	if err == nil {
+		var with authorisationRows
+		if with, err = b.authorisations(ctx, d, "authorisations hot, 3 limits", "bench_limits_", spendingAs, threeLimits); err == nil {
+			note := "ratio vs the same authorisations on an account without limits"
+			for _, pair := range []struct{ base, limited result }{{without.oneTx, with.oneTx}, {without.grouped, with.grouped}, {without.api, with.api}} {
+				b.add(pair.base, nil)
+				b.rows = append(b.rows, row{result: pair.limited, baseline: &pair.base, note: note})
+			}
 			return
 		}
 	}
-	oneTx := measure(ctx, fmt.Sprintf("authorisations hot, 1 tx each, direct SQL, %d conns", serverPool.Config().MaxConns), c, d,
+	b.rows = append(b.rows, row{result: result{workload: "authorisations hot, 3 limits", errors: 1, firstErr: err.Error()}})
+}
+
+// authorisationRows are the three ways of authorising on a hot account, and the server's CPU per
+// authorisation through the API.
+type authorisationRows struct {
+	oneTx, grouped, api result
+	cpu                 string
+}
+
+// authorisations measures authorisations of 1 (as spending says) at c=64 on three accounts named by
+// prefix, each funded so that none is refused (a refusal rolls back and would spare the baseline its
+// commit) and given limits: one transaction each, group commit, and through the API.
+func (b *bench) authorisations(ctx context.Context, d time.Duration, label, prefix string, spending db.HoldRequest, limits map[string]db.LimitDefinition) (authorisationRows, error) {
+	const c = 64
+	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	if err != nil {
+		return authorisationRows{}, err
+	}
+	defer serverPool.Close()
+	account := func(workload string) string { return prefix + workload }
+	for _, w := range []string{"tx", "group", "api"} {
+		if _, err := b.ledger.CreateAccount(ctx, account(w), "usd", 1_000_000_000_000); err != nil {
+			return authorisationRows{}, err
+		}
+		for id, def := range limits {
+			if err := db.PutLimit(ctx, b.pool, account(w), id, def); err != nil {
+				return authorisationRows{}, err
+			}
+		}
+	}
+	hold := func(i int) db.HoldRequest {
+		return db.HoldRequest{ID: "h" + strconv.Itoa(i), Amount: 1, ExpiresIn: time.Hour, Subject: spending.Subject, Feature: spending.Feature}
+	}
+	var out authorisationRows
+	out.oneTx = measure(ctx, fmt.Sprintf("%s, 1 tx each, direct SQL, %d conns", label, serverPool.Config().MaxConns), c, d,
 		func(ctx context.Context, i int) ([]time.Duration, error) {
 			return timed(func() error {
-				_, err := db.AuthoriseHold(ctx, serverPool, account("tx"), "h"+strconv.Itoa(i), 1, time.Hour)
+				_, err := db.AuthoriseHold(ctx, serverPool, account("tx"), hold(i))
 				return err
 			})
 		})
-	grouped := measure(ctx, "authorisations hot, group commit, direct (db.Ledger.AuthoriseHoldGrouped)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+	out.grouped = measure(ctx, label+", group commit, direct (db.Ledger.AuthoriseHoldGrouped)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
 		return timed(func() error {
-			_, err := b.ledger.AuthoriseHoldGrouped(ctx, account("group"), "h"+strconv.Itoa(i), 1, time.Hour)
+			_, err := b.ledger.AuthoriseHoldGrouped(ctx, account("group"), hold(i))
 			return err
 		})
 	})
-	api, cpu := b.srv.cpuPerOp(func() result {
-		return measure(ctx, "authorisations hot, API (group commit)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
-			return timed(func() error { return b.http.authorise(ctx, account("api"), "h"+strconv.Itoa(i)) })
+	out.api, out.cpu = b.srv.cpuPerOp(func() result {
+		return measure(ctx, label+", API (group commit)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error { return b.http.authorise(ctx, account("api"), hold(i)) })
 		})
 	})
-	b.add(oneTx, nil)
-	b.add(grouped, &oneTx)
-	b.rows = append(b.rows, row{result: api, baseline: &oneTx, note: cpu})
+	return out, nil
 }
 
 // billingBenchmark is the reconciler's own benchmarks: one first billing pass over 1,000,000 decisions,

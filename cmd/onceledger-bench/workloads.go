@@ -77,10 +77,16 @@ func (c *client) adjust(ctx context.Context, account, key string) error {
 }
 
 // authorise authorises a hold of 1 through the API under hold id.
-func (c *client) authorise(ctx context.Context, account, hold string) error {
+func (c *client) authorise(ctx context.Context, account string, hold db.HoldRequest) error {
 	header := []string{"Content-Type", "application/json", "Authorization", "Bearer " + apiKey}
-	return c.conns.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/holds", header,
-		`{"id":"`+hold+`","amount":1,"expires_in":"1h"}`, http.StatusCreated)
+	body := `{"id":"` + hold.ID + `","amount":1,"expires_in":"1h"`
+	if hold.Subject != "" {
+		body += `,"subject":"` + hold.Subject + `"`
+	}
+	if hold.Feature != "" {
+		body += `,"feature":"` + hold.Feature + `"`
+	}
+	return c.conns.do(ctx, http.MethodPost, "/v1/accounts/"+account+"/holds", header, body+"}", http.StatusCreated)
 }
 
 // applyTopupDirect is the webhook's work for a paid Checkout Session without HTTP, JSON decoding or

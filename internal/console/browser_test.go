@@ -169,8 +169,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.run(chromedp.Click(chromedp.CSS("#dry-run-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run-nothing")))
 	s.wantMoney("acct_console", 3200, 3)
 
-	// The account holds two reservations, one expiring within the hour, and has a low-balance alert and
-	// auto-recharge on a saved card.
+	// The account holds two reservations, one expiring within the hour, counted under a daily spend
+	// limit, and has a low-balance alert and auto-recharge on a saved card.
+	s.call(http.MethodPut, "/v1/accounts/acct_console/limits/daily", `{"scope":"account","period":"day","amount":1000,"mode":"hard"}`, "")
 	s.call(http.MethodPost, "/v1/accounts/acct_console/holds", `{"id":"hold_later","amount":100,"expires_in":"2h"}`, "")
 	s.call(http.MethodPost, "/v1/accounts/acct_console/holds", `{"id":"hold_soon","amount":400,"expires_in":"30m"}`, "")
 	s.call(http.MethodPut, "/v1/accounts/acct_console/alerts", `{"low_balance":1000}`, "")
@@ -205,6 +206,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if got := b.text("#holds tbody tr:last-child"); !strings.HasPrefix(got, "hold_later\t100\t") {
 		t.Fatalf("the hold expiring last reads %q, want hold_later of 100", got)
+	}
+	if got := b.text("#limits tbody tr"); !strings.HasPrefix(got, "daily\taccount\thard\tday from ") || !strings.HasSuffix(got, "\t1,000\t0\t500\t0\t500") {
+		t.Fatalf("the spend limit reads %q, want daily, 500 of its 1,000 held, 500 left", got)
 	}
 	if got := b.text("#recharge"); got != "on: below 500 available, buys 2,000" {
 		t.Fatalf("the account page shows auto-recharge as %q", got)

@@ -374,6 +374,8 @@ type accountPage struct {
 	// Holds: the holds still held, soonest to expire first; HoldsMore: there are more.
 	Holds     []db.Hold
 	HoldsMore bool
+	// Limits: the spend limits, each with its current window.
+	Limits []db.Limit
 	// Automation: the saved card, auto-recharge and alert settings; RechargeStatus: why recharge is
 	// (not) charging now, and its budget window.
 	Automation     db.Automation
@@ -385,7 +387,7 @@ type accountPage struct {
 }
 
 // account shows an account's balance, held and available; its open lots in draw order and its holds
-// still held; its auto-recharge and alert settings and recharge status; its newest entries with the balance after each,
+// still held; its spend limits with their current windows; its auto-recharge and alert settings and recharge status; its newest entries with the balance after each,
 // and a chart of that balance.
 func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -408,6 +410,9 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	}
 	p.HoldsMore = len(p.Holds) > holdsListed
 	p.Holds = p.Holds[:min(len(p.Holds), holdsListed)]
+	if p.Limits, err = db.Limits(ctx, c.Pool, acct.ID); err != nil {
+		return err
+	}
 	if p.Automation, err = db.GetAutomation(ctx, c.Pool, acct.ID); err != nil {
 		return err
 	}

@@ -236,6 +236,8 @@ const (
 	TypeRechargeDisabled       = "recharge.disabled"
 	TypeRechargeActionRequired = "recharge.action_required"
 	TypeRechargeBlocked        = "recharge.blocked"
+	// TypeLimitReached: a soft spend limit's window reached its cap (SPEC §16), once per window.
+	TypeLimitReached = "limit.reached"
 )
 
 // EventArgs is one account event notification job, fixed when its row is swept from the outbox, so

@@ -389,7 +389,7 @@ func TestTargetModeChargesTheShortfallOnce(t *testing.T) {
 	guardedAccount(t, pool, account, 1000, db.RechargeSettings{
 		Threshold: ptr[int64](500), Amount: ptr[int64](100), Mode: db.RechargeTarget, Target: ptr[int64](2000),
 	})
-	if _, err := db.AuthoriseHold(ctx, pool, account, "h1", 300, time.Hour); err != nil {
+	if _, err := db.AuthoriseHold(ctx, pool, account, db.HoldRequest{ID: "h1", Amount: 300, ExpiresIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	post(t, pool, account, "usage", -1200) // balance -200 (debt), held 300: available -500

@@ -304,6 +304,17 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 			Data: map[string]any{"episode": b.Episode, "reason": b.Reason, "next_eligible_at": b.NextEligibleAt.UTC()},
 		})
 	}
+	reached, err := db.TakeLimitsReached(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range reached {
+		events = append(events, notify.EventArgs{
+			ID:   fmt.Sprintf("ntf_limit_%s_%s_%d", l.AccountID, l.LimitID, l.WindowStart.Unix()),
+			Type: notify.TypeLimitReached, AccountID: l.AccountID, CreatedAt: l.ReachedAt.UTC(),
+			Data: map[string]any{"limit_id": l.LimitID, "window_start": l.WindowStart.UTC(), "spent": l.Spent, "held": l.Held},
+		})
+	}
 	return events, nil
 }
 

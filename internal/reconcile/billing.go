@@ -34,6 +34,8 @@ type BillReport struct {
 	// decision cost more than the hold (billed in full all the same).
 	HoldsCaptured  int64
 	CostsAboveHold int64
+	// OverLimit is what billed decisions took past hard spend limits' caps.
+	OverLimit int64
 	// firstWaitingSeq is the lowest seq of a decision left unbilled, waiting or out of range (0:
 	// none): the cursor stops before it.
 	firstWaitingSeq int64
@@ -80,7 +82,7 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 	if err != nil || billed.Read == 0 {
 		return afterSeq, err
 	}
-	chunk := BillReport{Read: billed.Read, Billed: int64(len(billed.Posted))}
+	chunk := BillReport{Read: billed.Read, Billed: int64(len(billed.Posted)), OverLimit: billed.OverLimit}
 	accounts := make(map[string]struct{})
 	for _, p := range billed.Posted {
 		chunk.Amount += p.Amount
@@ -111,6 +113,7 @@ func (r *Reconciler) billChunk(ctx context.Context, afterSeq, lastSeq int64, rep
 	r.metrics.BilledDecisions.Add(float64(chunk.Billed))
 	r.metrics.CapturedHolds.Add(float64(chunk.HoldsCaptured))
 	r.metrics.CostsAboveHold.Add(float64(chunk.CostsAboveHold))
+	r.metrics.SpendOverLimit.Add(float64(chunk.OverLimit))
 	return billed.UptoSeq, nil
 }
 
@@ -123,6 +126,7 @@ func (rep *BillReport) add(chunk BillReport) {
 	rep.Waiting += chunk.Waiting
 	rep.HoldsCaptured += chunk.HoldsCaptured
 	rep.CostsAboveHold += chunk.CostsAboveHold
+	rep.OverLimit += chunk.OverLimit
 	if chunk.firstWaitingSeq != 0 && (rep.firstWaitingSeq == 0 || chunk.firstWaitingSeq < rep.firstWaitingSeq) {
 		rep.firstWaitingSeq = chunk.firstWaitingSeq
 	}

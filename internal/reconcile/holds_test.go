@@ -27,7 +27,7 @@ func newFundedAccount(tb testing.TB, pool *pgxpool.Pool, id string, credit int64
 
 func mustAuthorise(tb testing.TB, pool *pgxpool.Pool, account, hold string, amount int64, ttl time.Duration) {
 	tb.Helper()
-	if _, err := db.AuthoriseHold(context.Background(), pool, account, hold, amount, ttl); err != nil {
+	if _, err := db.AuthoriseHold(context.Background(), pool, account, db.HoldRequest{ID: hold, Amount: amount, ExpiresIn: ttl}); err != nil {
 		tb.Fatalf("authorise %s/%s: %v", account, hold, err)
 	}
 }
@@ -330,7 +330,7 @@ func runRandomSequence(t *testing.T, pool *pgxpool.Pool, r *reconcile.Reconciler
 					if rng.IntN(4) == 0 {
 						ttl = time.Second
 					}
-					_, err = db.AuthoriseHold(ctx, pool, acct, hold, 1+rng.Int64N(60), ttl)
+					_, err = db.AuthoriseHold(ctx, pool, acct, db.HoldRequest{ID: hold, Amount: 1 + rng.Int64N(60), ExpiresIn: ttl})
 					if !allowed(err, db.ErrInsufficientBalance, db.ErrDedupeConflict) {
 						errs <- fmt.Errorf("authorise %s: %w", key, err)
 					}

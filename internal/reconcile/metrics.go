@@ -26,6 +26,9 @@ type Metrics struct {
 	CapturedHolds  prometheus.Counter
 	CostsAboveHold prometheus.Counter
 	ExpiredHolds   prometheus.Counter
+	// SpendOverLimit counts what billed decisions took past hard spend limits' caps (minor units): the
+	// work was done and billed in full; a product that wants none authorises first.
+	SpendOverLimit prometheus.Counter
 	// StripeDrift is the open drift between Stripe and the ledger by reason (stripe_drift), as the last
 	// drift pass left it.
 	StripeDrift *prometheus.GaugeVec
@@ -68,6 +71,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "onceledger", Subsystem: "reconcile", Name: "expired_holds_total",
 			Help: "Holds the expiry pass moved from held to expired, releasing their reservations.",
 		}),
+		SpendOverLimit: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "onceledger", Name: "spend_over_limit_total",
+			Help: "Minor units billed decisions took past hard spend limits (billed in full, counted in the windows' over).",
+		}),
 		StripeDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "onceledger", Name: "stripe_drift",
 			Help: "Open differences between Stripe and the ledger, by reason, as the last drift pass left them.",
@@ -78,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.BilledDecisions, m.RecoveredEvents, m.LastBilled, m.Waiting, m.OutOfRange, m.CapturedHolds, m.CostsAboveHold, m.ExpiredHolds,
-			m.StripeDrift)
+			m.SpendOverLimit, m.StripeDrift)
 	}
 	return m
 }

@@ -12,17 +12,6 @@ SELECT id, currency, balance, created_at, held
 FROM accounts
 WHERE id = @id;
 
--- name: AccountsHeldReserve :one
--- Reserves amount for a hold: held grows only while the available balance (balance - held) covers it.
--- The condition is evaluated on the locked, current row (not on an earlier read), so concurrent
--- authorisations can never reserve more than is available together. Returns no row when the account
--- does not exist or the available balance is short.
-UPDATE accounts
-SET held = held + @amount
-WHERE id = @id
-  AND balance - held >= @amount
-RETURNING balance, held;
-
 -- name: AccountsHeldRelease :one
 -- Releases a resolved hold's reservation, in the transaction that moved the hold out of held
 -- (accounts_held_nonnegative_check refuses a release that was never reserved). Returns no row when

@@ -6,14 +6,16 @@
 WITH batch AS (
     SELECT (@ids::text[])[i] AS id, (@account_ids::text[])[i] AS account_id, (@costs::bigint[])[i] AS cost,
            (@occurred_ats::timestamptz[])[i] AS occurred_at,
-           -- An empty hold id means none.
-           nullif((@hold_ids::text[])[i], '') AS hold_id
+           -- An empty hold id, subject or feature means none.
+           nullif((@hold_ids::text[])[i], '') AS hold_id,
+           nullif((@subjects::text[])[i], '') AS subject,
+           nullif((@features::text[])[i], '') AS feature
     FROM generate_subscripts(@ids::text[], 1) AS i
 ), claimed AS (
     SELECT c.key FROM claim_keys(ARRAY(SELECT 'decisions:' || id FROM batch), ARRAY(SELECT account_id FROM batch)) AS c (key)
 )
-INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id)
-SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id
+INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id, subject, feature)
+SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id, b.subject, b.feature
 FROM batch b
 WHERE 'decisions:' || b.id IN (SELECT key FROM claimed)
 ON CONFLICT ON CONSTRAINT decisions_pkey DO NOTHING
@@ -21,7 +23,7 @@ RETURNING id;
 
 -- name: DecisionsGet :many
 -- The stored decisions among ids, to compare a replayed batch with what was stored.
-SELECT id, seq, account_id, cost, occurred_at, received_at, hold_id
+SELECT id, seq, account_id, cost, occurred_at, received_at, hold_id, subject, feature
 FROM decisions
 WHERE id = ANY(@ids::text[]);
 

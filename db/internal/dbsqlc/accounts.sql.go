@@ -237,35 +237,6 @@ func (q *Queries) AccountsHeldRelease(ctx context.Context, arg AccountsHeldRelea
 	return i, err
 }
 
-const accountsHeldReserve = `-- name: AccountsHeldReserve :one
-UPDATE accounts
-SET held = held + $1
-WHERE id = $2
-  AND balance - held >= $1
-RETURNING balance, held
-`
-
-type AccountsHeldReserveParams struct {
-	Amount int64
-	ID     string
-}
-
-type AccountsHeldReserveRow struct {
-	Balance int64
-	Held    int64
-}
-
-// Reserves amount for a hold: held grows only while the available balance (balance - held) covers it.
-// The condition is evaluated on the locked, current row (not on an earlier read), so concurrent
-// authorisations can never reserve more than is available together. Returns no row when the account
-// does not exist or the available balance is short.
-func (q *Queries) AccountsHeldReserve(ctx context.Context, arg AccountsHeldReserveParams) (AccountsHeldReserveRow, error) {
-	row := q.db.QueryRow(ctx, accountsHeldReserve, arg.Amount, arg.ID)
-	var i AccountsHeldReserveRow
-	err := row.Scan(&i.Balance, &i.Held)
-	return i, err
-}
-
 const accountsInsert = `-- name: AccountsInsert :one
 INSERT INTO accounts (id, currency)
 VALUES ($1, $2)

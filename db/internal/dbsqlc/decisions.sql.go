@@ -77,7 +77,7 @@ func (q *Queries) DecisionsChunkEnd(ctx context.Context, arg DecisionsChunkEndPa
 }
 
 const decisionsGet = `-- name: DecisionsGet :many
-SELECT id, seq, account_id, cost, occurred_at, received_at, hold_id
+SELECT id, seq, account_id, cost, occurred_at, received_at, hold_id, subject, feature
 FROM decisions
 WHERE id = ANY($1::text[])
 `
@@ -100,6 +100,8 @@ func (q *Queries) DecisionsGet(ctx context.Context, ids []string) ([]Decision, e
 			&i.OccurredAt,
 			&i.ReceivedAt,
 			&i.HoldID,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -115,14 +117,16 @@ const decisionsInsert = `-- name: DecisionsInsert :many
 WITH batch AS (
     SELECT ($1::text[])[i] AS id, ($2::text[])[i] AS account_id, ($3::bigint[])[i] AS cost,
            ($4::timestamptz[])[i] AS occurred_at,
-           -- An empty hold id means none.
-           nullif(($5::text[])[i], '') AS hold_id
+           -- An empty hold id, subject or feature means none.
+           nullif(($5::text[])[i], '') AS hold_id,
+           nullif(($6::text[])[i], '') AS subject,
+           nullif(($7::text[])[i], '') AS feature
     FROM generate_subscripts($1::text[], 1) AS i
 ), claimed AS (
     SELECT c.key FROM claim_keys(ARRAY(SELECT 'decisions:' || id FROM batch), ARRAY(SELECT account_id FROM batch)) AS c (key)
 )
-INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id)
-SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id
+INSERT INTO decisions (id, account_id, cost, occurred_at, hold_id, subject, feature)
+SELECT b.id, b.account_id, b.cost, b.occurred_at, b.hold_id, b.subject, b.feature
 FROM batch b
 WHERE 'decisions:' || b.id IN (SELECT key FROM claimed)
 ON CONFLICT ON CONSTRAINT decisions_pkey DO NOTHING
@@ -135,6 +139,8 @@ type DecisionsInsertParams struct {
 	Costs       []int64
 	OccurredAts []time.Time
 	HoldIDs     []string
+	Subjects    []string
+	Features    []string
 }
 
 // Stores a batch of decisions, the arrays read in lockstep; a decision id already stored is left as it
@@ -148,6 +154,8 @@ func (q *Queries) DecisionsInsert(ctx context.Context, arg DecisionsInsertParams
 		arg.Costs,
 		arg.OccurredAts,
 		arg.HoldIDs,
+		arg.Subjects,
+		arg.Features,
 	)
 	if err != nil {
 		return nil, err

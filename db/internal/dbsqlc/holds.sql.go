@@ -18,7 +18,7 @@ WHERE account_id = $2
   AND status = 'held'
   AND expires_at > now()
   AND amount >= coalesce($1::bigint, amount)
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 `
 
 type HoldsCaptureParams struct {
@@ -44,6 +44,10 @@ func (q *Queries) HoldsCapture(ctx context.Context, arg HoldsCaptureParams) (Hol
 		&i.ExpiresAt,
 		&i.CreatedAt,
 		&i.ResolvedAt,
+		&i.Subject,
+		&i.Feature,
+		&i.LimitIDs,
+		&i.WindowStarts,
 	)
 	return i, err
 }
@@ -66,7 +70,8 @@ WITH named AS (
       AND h.id = n.hold_id
       AND h.status = 'held'
       AND n.received_at BETWEEN h.created_at AND h.expires_at
-    RETURNING h.account_id, h.id, h.amount, n.id AS decision_id, n.cost
+    RETURNING h.account_id, h.id, h.amount, h.captured_amount, h.created_at, h.limit_ids, h.window_starts,
+              n.id AS decision_id, n.cost
 ), per_account AS (
     SELECT account_id, sum(amount)::bigint AS released
     FROM captured
@@ -77,6 +82,21 @@ WITH named AS (
     SET held = a.held - p.released
     FROM per_account p
     WHERE a.id = p.account_id
+), windows_moved AS (
+    -- In the spend windows each hold was counted in: its amount leaves held, what it captured is spent.
+    UPDATE spend_windows w
+    SET held = w.held - c.released, spent = w.spent + c.captured
+    FROM (
+        SELECT h.account_id, l.id AS limit_id, h.window_starts[k] AS window_start, sum(h.amount) AS released,
+               sum(h.captured_amount) AS captured
+        FROM captured h
+        CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
+        JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
+        GROUP BY h.account_id, l.id, h.window_starts[k]
+    ) c
+    WHERE w.account_id = c.account_id
+      AND w.limit_id = c.limit_id
+      AND w.window_start = c.window_start
 )
 SELECT account_id, id, amount, decision_id, cost
 FROM captured
@@ -100,7 +120,8 @@ type HoldsCaptureForDecisionsRow struct {
 // statement, the holds named by the chunk's decisions (after_seq, upto_seq] of the locked accounts
 // (account_ids, locked in id order by the chunk) that are still held and that the decision was
 // received while live, with captured_amount = least(cost, amount), and releases each account's
-// reservations by their sum. Those decisions were billed by this transaction or an earlier one, and
+// reservations by their sum; in the spend windows that counted each hold, its amount leaves held and its
+// captured amount is spent (what the decision cost beyond it is counted by SpendWindowsBill). Those decisions were billed by this transaction or an earlier one, and
 // a hold is captured the first time billing reads it held with its decision: normally with the bill,
 // and never twice, since only a hold still held is touched. A hold already captured, voided or expired
 // is left as it was. Two decisions naming one hold capture it once, by the first (lowest seq).
@@ -202,7 +223,7 @@ WITH expired AS (
     WHERE h.account_id = locked.account_id
       AND h.status = 'held'
       AND h.expires_at <= now()
-    RETURNING h.account_id, h.amount
+    RETURNING h.account_id, h.id, h.amount, h.created_at, h.limit_ids, h.window_starts
 ), per_account AS (
     SELECT account_id, count(*)::bigint AS holds, sum(amount)::bigint AS released
     FROM expired
@@ -213,6 +234,21 @@ WITH expired AS (
     SET held = a.held - p.released
     FROM per_account p
     WHERE a.id = p.account_id
+), windows_released AS (
+    -- And from the spend windows each hold was counted in (its limit_ids and window_starts; a limit
+    -- created after the hold, under an id it names, never counted it).
+    UPDATE spend_windows w
+    SET held = w.held - c.released
+    FROM (
+        SELECT e.account_id, l.id AS limit_id, e.window_starts[k] AS window_start, sum(e.amount) AS released
+        FROM expired e
+        CROSS JOIN LATERAL generate_subscripts(e.limit_ids, 1) AS k
+        JOIN spend_limits l ON l.account_id = e.account_id AND l.id = e.limit_ids[k] AND l.created_at <= e.created_at
+        GROUP BY e.account_id, l.id, e.window_starts[k]
+    ) c
+    WHERE w.account_id = c.account_id
+      AND w.limit_id = c.limit_id
+      AND w.window_start = c.window_start
 )
 SELECT account_id, holds, released
 FROM per_account
@@ -227,7 +263,7 @@ type HoldsExpireRow struct {
 
 // Expires, in one statement, every hold of the locked accounts (account_ids, locked in id order) that
 // is still held and whose time is up on the database clock, and releases each account's reservations
-// by their sum. A hold captured or voided meanwhile is no longer held and is left alone: a capture
+// by their sum, in the accounts and in the spend windows that counted each hold. A hold captured or voided meanwhile is no longer held and is left alone: a capture
 // racing the expiry either resolved it first or finds it expired. Returns per account the holds
 // expired and the amount released.
 func (q *Queries) HoldsExpire(ctx context.Context, accountIds []string) ([]HoldsExpireRow, error) {
@@ -282,7 +318,7 @@ func (q *Queries) HoldsExpiredAccounts(ctx context.Context, maxAccounts int32) (
 }
 
 const holdsExpiringSoon = `-- name: HoldsExpiringSoon :many
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE status = 'held'
   AND expires_at <= now() + make_interval(secs => $1::double precision)
@@ -317,6 +353,10 @@ func (q *Queries) HoldsExpiringSoon(ctx context.Context, arg HoldsExpiringSoonPa
 			&i.ExpiresAt,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Subject,
+			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 		); err != nil {
 			return nil, err
 		}
@@ -329,7 +369,7 @@ func (q *Queries) HoldsExpiringSoon(ctx context.Context, arg HoldsExpiringSoonPa
 }
 
 const holdsGet = `-- name: HoldsGet :one
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = $1
   AND id = $2
@@ -354,12 +394,17 @@ func (q *Queries) HoldsGet(ctx context.Context, arg HoldsGetParams) (Hold, error
 		&i.ExpiresAt,
 		&i.CreatedAt,
 		&i.ResolvedAt,
+		&i.Subject,
+		&i.Feature,
+		&i.LimitIDs,
+		&i.WindowStarts,
 	)
 	return i, err
 }
 
 const holdsGetByIDs = `-- name: HoldsGetByIDs :many
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = $1
   AND id = ANY($2::text[])
@@ -370,6 +415,11 @@ type HoldsGetByIDsParams struct {
 	IDs       []string
 }
 
+// Holds (SPEC section 11). Every path that writes holds locks the account row first (accounts in id
+// order when there are several): an authorisation then inserts and reserves; a resolution moves the
+// hold out of held by a conditional UPDATE, then releases the reservation. The API, group commit, the
+// expiry pass and billing take their locks in one order, so they queue instead of deadlocking, and
+// whichever comes first is the one resolution.
 // The account's stored holds among ids: in a group of authorisations, those members are replays or
 // conflicts, answered before admission and never inserted again.
 func (q *Queries) HoldsGetByIDs(ctx context.Context, arg HoldsGetByIDsParams) ([]Hold, error) {
@@ -391,6 +441,10 @@ func (q *Queries) HoldsGetByIDs(ctx context.Context, arg HoldsGetByIDsParams) ([
 			&i.ExpiresAt,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Subject,
+			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 		); err != nil {
 			return nil, err
 		}
@@ -443,80 +497,75 @@ func (q *Queries) HoldsHeldMismatches(ctx context.Context) ([]HoldsHeldMismatche
 	return items, nil
 }
 
-const holdsInsert = `-- name: HoldsInsert :one
-
-INSERT INTO holds (account_id, id, amount, expires_at)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4::double precision))
-ON CONFLICT (account_id, id) DO NOTHING
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
-`
-
-type HoldsInsertParams struct {
-	AccountID        string
-	ID               string
-	Amount           int64
-	ExpiresInSeconds float64
-}
-
-// Holds (SPEC section 11). Every path that writes holds locks the account row first (accounts in id
-// order when there are several): an authorisation then inserts and reserves; a resolution moves the
-// hold out of held by a conditional UPDATE, then releases the reservation. The API, group commit, the
-// expiry pass and billing take their locks in one order, so they queue instead of deadlocking, and
-// whichever comes first is the one resolution.
-// Records a new hold in held, expiring expires_in_seconds from now on the database clock.
-// Returns no row when the account already has a hold with this id (holds_pkey): the caller reads it
-// to tell a replay from a conflict. Nothing is reserved here: AccountsHeldReserve does it in the same
-// transaction (the account locked first by HoldsAccountLock), or the transaction rolls back and the
-// hold was never kept. Fails with holds_account_fk when the account does not exist.
-func (q *Queries) HoldsInsert(ctx context.Context, arg HoldsInsertParams) (Hold, error) {
-	row := q.db.QueryRow(ctx, holdsInsert,
-		arg.AccountID,
-		arg.ID,
-		arg.Amount,
-		arg.ExpiresInSeconds,
-	)
-	var i Hold
-	err := row.Scan(
-		&i.AccountID,
-		&i.ID,
-		&i.Amount,
-		&i.Status,
-		&i.CapturedAmount,
-		&i.DecisionID,
-		&i.ExpiresAt,
-		&i.CreatedAt,
-		&i.ResolvedAt,
-	)
-	return i, err
-}
-
 const holdsInsertGroup = `-- name: HoldsInsertGroup :many
-WITH inserted AS (
-    INSERT INTO holds (account_id, id, amount, expires_at)
-    SELECT $1::text,
-           unnest($2::text[]),
-           unnest($3::bigint[]),
-           now() + make_interval(secs => unnest($4::double precision[]))
+WITH batch AS (
+    -- Set-returning functions in one select list run in lockstep: the arrays zipped.
+    SELECT unnest($1::text[]) AS id, unnest($2::bigint[]) AS amount,
+           unnest($3::double precision[]) AS ttl,
+           nullif(unnest($4::text[]), '') AS subject, nullif(unnest($5::text[]), '') AS feature
+), pairs AS (
+    SELECT unnest($6::text[]) AS hold_id, unnest($7::text[]) AS limit_id,
+           unnest($8::timestamptz[]) AS window_start
+), inserted AS (
+    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
+    SELECT $9::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
+           coalesce((SELECT array_agg(p.limit_id ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}'),
+           coalesce((SELECT array_agg(p.window_start ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}')
+    FROM batch b
     ON CONFLICT (account_id, id) DO NOTHING
-    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+), missed AS (
+    -- A limit that applies to an inserted hold but is not among its pairs: the plan missed it.
+    SELECT 1
+    FROM inserted i
+    JOIN spend_limits l
+        ON l.account_id = $9::text
+       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN i.subject ELSE i.feature END)
+    WHERE NOT l.id = ANY(i.limit_ids)
+), per_window AS (
+    SELECT l.id AS limit_id, i.window_starts[k] AS window_start, min(l.amount) AS cap, min(l.mode) AS mode,
+           sum(i.amount) AS amount, now() AS at
+    FROM inserted i
+    CROSS JOIN LATERAL generate_subscripts(i.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = $9::text AND l.id = i.limit_ids[k]
+    GROUP BY l.id, i.window_starts[k]
+), limited AS (
+    -- The admission rule of a hard limit, on the locked row: never past its cap.
+    UPDATE spend_windows w
+    SET held = w.held + p.amount,
+        reached_at = CASE WHEN p.mode = 'soft' AND w.reached_at IS NULL AND w.spent + w.held + p.amount >= p.cap
+                          THEN p.at ELSE w.reached_at END
+    FROM per_window p
+    WHERE w.account_id = $9::text
+      AND w.limit_id = p.limit_id
+      AND w.window_start = p.window_start
+      AND (p.mode = 'soft' OR w.spent + w.held + p.amount <= p.cap)
+    RETURNING w.limit_id
 ), reserved AS (
     UPDATE accounts
     SET held = held + (SELECT sum(amount) FROM inserted)
-    WHERE id = $1::text
+    WHERE id = $9::text
       AND balance - held >= (SELECT sum(amount) FROM inserted)
     RETURNING id
 )
 SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
-       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at,
-       EXISTS (SELECT 1 FROM reserved)::boolean AS reserved
+       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
+       inserted.feature, inserted.limit_ids, inserted.window_starts, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
+       (NOT EXISTS (SELECT 1 FROM missed)
+        AND (SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
 FROM inserted
 `
 
 type HoldsInsertGroupParams struct {
-	AccountID        string
 	IDs              []string
 	Amounts          []int64
 	ExpiresInSeconds []float64
+	Subjects         []string
+	Features         []string
+	PairHoldIDs      []string
+	PairLimitIDs     []string
+	PairWindowStarts []time.Time
+	AccountID        string
 }
 
 type HoldsInsertGroupRow struct {
@@ -529,22 +578,39 @@ type HoldsInsertGroupRow struct {
 	ExpiresAt      time.Time
 	CreatedAt      time.Time
 	ResolvedAt     *time.Time
+	Subject        *string
+	Feature        *string
+	LimitIDs       []string
+	WindowStarts   []time.Time
 	Reserved       bool
+	WithinLimits   bool
 }
 
-// Inserts a group's admitted holds of one account and reserves their sum, in one statement (one round
-// trip), the arrays read in lockstep. The account is locked by HoldsAccountLock first, so the sum was
-// admitted against its current row; the reservation keeps AccountsHeldReserve's condition all the
-// same (balance - held covers the sum), and reserved says whether it held: false means the plan was
-// wrong and the caller must roll back. holds_pkey still holds: an id inserted before (a replay) or
-// meanwhile by another transaction returns no row for it, and the caller rolls back and plans the group
-// again with the stored ids read first.
+// Inserts the admitted holds of one account (one, or a group's) and reserves them, in one statement (one
+// round trip), the arrays read in lockstep (” subject or feature: none). The account is locked by
+// AccountsLock first and its current windows opened by SpendWindowsOpen, so the holds were admitted
+// against its current rows, and each hold comes with the windows of the limits that apply to it (the
+// pair_ arrays: a hold's id, a limit and that limit's current window); the statement keeps every condition
+// all the same, and says whether each held: reserved, the available balance (balance - held) covers their
+// sum; within_limits, every limit that applies to a hold (scope account, or its subject or feature) is
+// among its pairs, and every window took its holds' sum, a hard limit's only while spent + held + sum <=
+// its cap. Each hold records its pairs (limit_ids, window_starts). A false flag means the plan was wrong
+// (or, for a single authorisation, the refusal): the caller rolls back, and nothing is kept. A soft
+// limit's window reaching its cap records reached_at (limit.reached, once per window). holds_pkey still
+// holds: an id inserted before (a replay) or meanwhile by another transaction returns no row for it, and
+// the caller rolls back and plans the group again with the stored ids read first. Every table is read
+// and written through the account's id, so that on Citus the statement runs on the account's shard.
 func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupParams) ([]HoldsInsertGroupRow, error) {
 	rows, err := q.db.Query(ctx, holdsInsertGroup,
-		arg.AccountID,
 		arg.IDs,
 		arg.Amounts,
 		arg.ExpiresInSeconds,
+		arg.Subjects,
+		arg.Features,
+		arg.PairHoldIDs,
+		arg.PairLimitIDs,
+		arg.PairWindowStarts,
+		arg.AccountID,
 	)
 	if err != nil {
 		return nil, err
@@ -563,7 +629,12 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 			&i.ExpiresAt,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Subject,
+			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 			&i.Reserved,
+			&i.WithinLimits,
 		); err != nil {
 			return nil, err
 		}
@@ -576,7 +647,7 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 }
 
 const holdsOpenByAccount = `-- name: HoldsOpenByAccount :many
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 FROM holds
 WHERE account_id = $1
   AND status = 'held'
@@ -610,6 +681,10 @@ func (q *Queries) HoldsOpenByAccount(ctx context.Context, arg HoldsOpenByAccount
 			&i.ExpiresAt,
 			&i.CreatedAt,
 			&i.ResolvedAt,
+			&i.Subject,
+			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
 		); err != nil {
 			return nil, err
 		}
@@ -722,7 +797,7 @@ SET status = holds_resolution(expires_at, now()), resolved_at = now()
 WHERE account_id = $1
   AND id = $2
   AND status = 'held'
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 `
 
 type HoldsVoidParams struct {
@@ -747,6 +822,10 @@ func (q *Queries) HoldsVoid(ctx context.Context, arg HoldsVoidParams) (Hold, err
 		&i.ExpiresAt,
 		&i.CreatedAt,
 		&i.ResolvedAt,
+		&i.Subject,
+		&i.Feature,
+		&i.LimitIDs,
+		&i.WindowStarts,
 	)
 	return i, err
 }

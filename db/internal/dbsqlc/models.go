@@ -139,6 +139,10 @@ type Decision struct {
 	ReceivedAt time.Time
 	// The hold (of the same account) this decision spends, if any: billing the decision captures it in the same transaction, when it is still held and the decision was received while it was live.
 	HoldID *string
+	// Who the decision spent for; NULL: nobody named.
+	Subject *string
+	// What the decision spent on; NULL: nothing named.
+	Feature *string
 }
 
 // On Citus: every dedupe key posted, with the account whose entry holds it, distributed by the key. A posting claims its key in its own transaction before inserting the entry; the claim and the entry commit or roll back together (two-phase commit across nodes).
@@ -163,6 +167,14 @@ type Hold struct {
 	ExpiresAt  time.Time
 	CreatedAt  time.Time
 	ResolvedAt *time.Time
+	// Who the hold spends for (a user, an API client, an agent); NULL: nobody named.
+	Subject *string
+	// What the hold spends on; NULL: nothing named.
+	Feature *string
+	// The spend limits the hold was counted against when it was authorised (those that applied then), in lockstep with window_starts: its capture, void or expiry moves exactly those windows, whatever the limits became since. A limit created after the hold (spend_limits.created_at) is never moved by it.
+	LimitIDs []string
+	// The start of the window of each of limit_ids the hold was counted in.
+	WindowStarts []time.Time
 }
 
 // Append-only journal of every money movement. A row is never updated or deleted (ledger_append_only).
@@ -282,6 +294,38 @@ type RechargeWindow struct {
 	MaxAttempts *int32
 	// The budget amount when the window last admitted an attempt.
 	MaxAmount *int64
+}
+
+// A cap on what an account (or one subject or feature of it) spends per calendar period in UTC on the database clock. Hard: an authorisation that would take a window beyond it is refused. Soft: crossing it sends limit.reached once per window. Replacing a limit keeps what its windows counted.
+type SpendLimit struct {
+	AccountID string
+	ID        string
+	Scope     string
+	// The subject or feature the limit applies to; NULL for an account limit.
+	ScopeValue *string
+	Period     string
+	Amount     int64
+	Mode       string
+	CreatedAt  time.Time
+	// When the limit took its current definition (created or replaced): verify recounts a window's spent from the decisions only when the definition did not change during the window.
+	DefinedAt time.Time
+}
+
+// What one limit counted in one calendar window: held (holds in held authorised in it), spent (captures and billed decisions), over (what decisions billed beyond a hard cap). Created by the first statement that counts in it (INSERT ... ON CONFLICT DO NOTHING under the account's lock), moved only under it.
+type SpendWindow struct {
+	AccountID   string
+	LimitID     string
+	WindowStart time.Time
+	// Captured amounts of the holds counted here, plus what billed decisions spent beyond their hold.
+	Spent int64
+	// The amounts of the holds in held counted here (holds.limit_ids, window_starts): moved by the authorisation (conditionally, for a hard limit: spent + held + amount <= cap), released by capture, void and expiry.
+	Held int64
+	// What decisions billed without a hold (or beyond it) took past a hard cap: the work was done and is billed in full; a product that wants no overshoot authorises first.
+	Over int64
+	// When spent + held first reached a soft limit's cap in this window: limit.reached, once per window.
+	ReachedAt *time.Time
+	// When limit.reached was enqueued; NULL after reached_at: still to enqueue (outbox).
+	ReachedEnqueuedAt *time.Time
 }
 
 // A difference between Stripe and the ledger found by the drift pass: a Stripe payment, refund or dispute of this deployment without its ledger effect (or with another amount or state), or a money-backed credit without its Stripe object. Open while resolved_at is NULL; a later pass that finds it matched resolves it.
