@@ -236,6 +236,7 @@ const (
 	TypeRechargeDisabled       = "recharge.disabled"
 	TypeRechargeActionRequired = "recharge.action_required"
 	TypeRechargeBlocked        = "recharge.blocked"
+	TypeRechargeStatusChanged  = "recharge.status_changed"
 )
 
 // EventArgs is one account event notification job, fixed when its row is swept from the outbox, so

@@ -189,6 +189,11 @@ type Sweeper struct {
 // the jobs and the marks commit together. Rows locked by another sweeper are skipped. It returns how
 // many jobs it enqueued.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	// First the statuses whose cooldown or budget window ended, each in its own short statement, so that
+	// their changes are in the outbox this sweep empties.
+	if _, err := db.EndElapsedRechargeStatuses(ctx, s.Pool); err != nil {
+		return 0, err
+	}
 	var n int
 	err := db.InTx(ctx, s.Pool, func(tx db.Tx) error {
 		n = 0
@@ -302,6 +307,23 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 			ID: fmt.Sprintf("ntf_recharge_blocked_%s_%d_%s", b.AccountID, b.Episode, b.Reason), Type: notify.TypeRechargeBlocked,
 			AccountID: b.AccountID, CreatedAt: b.BlockedAt.UTC(),
 			Data: map[string]any{"episode": b.Episode, "reason": b.Reason, "next_eligible_at": b.NextEligibleAt.UTC()},
+		})
+	}
+	changes, err := db.TakeStatusChanges(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		var next any
+		if c.NextEligibleAt != nil {
+			next = c.NextEligibleAt.UTC()
+		}
+		events = append(events, notify.EventArgs{
+			ID: fmt.Sprintf("ntf_recharge_status_%s_%d", c.AccountID, c.Seq), Type: notify.TypeRechargeStatusChanged,
+			AccountID: c.AccountID, CreatedAt: c.ChangedAt.UTC(),
+			Data: map[string]any{
+				"account_id": c.AccountID, "from": c.From, "to": c.To, "reason": c.Reason, "next_eligible_at": next,
+			},
 		})
 	}
 	return events, nil
