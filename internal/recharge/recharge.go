@@ -12,6 +12,10 @@
 // carry retry_at, an outbox too); the Sweeper enqueues a RetryArgs job scheduled then, and its work only
 // raises the account's retry number. The database's trigger makes the retry at that commit, under the
 // same budget and cooldown as any attempt, with a new attempt id and so a new Idempotency-Key.
+//
+// The status (SPEC §17) is stored and moved in the transaction of each change, which records it in an
+// outbox too (recharge_status_changes); the Sweeper moves the statuses that end with time, then turns
+// every change into one recharge.status_changed.
 package recharge
 
 import (
@@ -170,8 +174,9 @@ func PaymentIntentParams(ch db.Charge) *stripe.PaymentIntentParams {
 	}
 }
 
-// Sweeper empties the outboxes into River jobs. Notifier may be nil (no NOTIFY_URL): alerts and
-// attempt outcomes then stay in their outbox.
+// Sweeper ends the recharge statuses whose time has come and empties the outboxes into River jobs.
+// Notifier may be nil (no NOTIFY_URL): alerts, attempt outcomes and status changes then stay in their
+// outbox.
 type Sweeper struct {
 	Pool *db.Pool
 	// Jobs is the process's River client, which enqueues the PaymentIntent jobs.
@@ -244,7 +249,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// takeEvents turns the alert and attempt-outcome outboxes into notifications.
+// takeEvents turns the alert, attempt-outcome, block and status-change outboxes into notifications.
 func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 	alerts, err := db.TakeAlerts(ctx, tx)
 	if err != nil {
