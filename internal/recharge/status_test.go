@@ -171,8 +171,9 @@ func TestEveryStatusChangeToldOnce(t *testing.T) {
 	guardedAccount(t, pool, hard, 1000, db.RechargeSettings{Threshold: ptr[int64](500), Amount: ptr[int64](100)})
 	post(t, pool, hard, "spend", -600)
 	resolve(t, pool, lastAttempt(t, pool, hard), db.AttemptFailed, "stolen_card")
-	expectChanges(t, pool, hard, "off>ready:settings", "ready>pending_attempt:attempt_requested",
-		"pending_attempt>payment_method_required:attempt_failed")
+	hardSoFar := []string{"off>ready:settings", "ready>pending_attempt:attempt_requested",
+		"pending_attempt>payment_method_required:attempt_failed"}
+	expectChanges(t, pool, hard, hardSoFar...)
 
 	// Three soft failures: the ladder's retries (each due, then opened), then disabled_after_failures;
 	// a PUT enables again.
@@ -218,7 +219,9 @@ func TestEveryStatusChangeToldOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for account, changes := range map[string][]string{cool: coolSoFar, budget: budgetSoFar, soft: softSoFar, action: actionSoFar} {
+	for account, changes := range map[string][]string{
+		cool: coolSoFar, budget: budgetSoFar, hard: hardSoFar, soft: softSoFar, action: actionSoFar,
+	} {
 		if got := statusNotices(t, pool, account); got != len(changes) {
 			t.Errorf("%s: %d recharge.status_changed for %d changes", account, got, len(changes))
 		}
