@@ -35,6 +35,7 @@ var accountTables = []string{
 	"balance_alerts",
 	"recharge_windows",
 	"recharge_blocks",
+	"recharge_status_changes",
 	"stripe_drift",
 	"audit_log",
 	"spend_limits", // before spend_windows, whose foreign key names it
@@ -97,10 +98,17 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 			return err
 		}
 	}
-	// A function taking a ledger row was left on the coordinator when its migration ran: the table was
-	// not distributed yet. The shards' ledger_lots trigger calls it on the workers.
-	if _, err := conn.Exec(ctx, `SELECT create_distributed_function('lots_apply_entry(ledger)')`); err != nil {
-		return fmt.Errorf("distribute lots_apply_entry: %w", err)
+	// Functions left on the coordinator when their migrations ran (the tables were not distributed yet)
+	// that triggers on the shards call on the workers: ledger_lots calls lots_apply_entry, and
+	// accounts_available_watch moves the recharge status with the shards' names.
+	for _, f := range []string{
+		"lots_apply_entry(ledger)",
+		"recharge_status_compute(text, text, text, text, text)",
+		"recharge_status_sync(text, text, text, text, text, text, text)",
+	} {
+		if _, err := conn.Exec(ctx, `SELECT create_distributed_function($1)`, f); err != nil {
+			return fmt.Errorf("distribute %s: %w", f, err)
+		}
 	}
 	return nil
 }

@@ -95,10 +95,11 @@ func GetAutomation(ctx context.Context, q Conn, accountID string) (Automation, e
 	return automationFrom(r), nil
 }
 
-// SetRecharge sets auto-recharge. Enabling needs a saved card: ErrPaymentMethodRequired without one
-// (decided on the locked row), ErrNotFound without the account. Enabling what the failure ladder
-// stopped clears why and starts a new episode.
-func SetRecharge(ctx context.Context, q Conn, accountID string, s RechargeSettings) (Automation, error) {
+// SetRecharge sets auto-recharge, and moves the recharge status the settings change (one
+// recharge.status_changed), in one transaction. Enabling needs a saved card: ErrPaymentMethodRequired
+// without one (decided on the locked row), ErrNotFound without the account. Enabling what the failure
+// ladder stopped clears why and starts a new episode.
+func SetRecharge(ctx context.Context, b Beginner, accountID string, s RechargeSettings) (Automation, error) {
 	p := dbsqlc.AccountsSetRechargeParams{
 		ID: accountID, Enabled: s.Enabled, Threshold: s.Threshold, Amount: s.Amount, Mode: s.Mode, Target: s.Target,
 		Cooldown: pgtype.Interval{Microseconds: s.Cooldown.Microseconds(), Valid: true},
@@ -109,20 +110,43 @@ func SetRecharge(ctx context.Context, q Conn, accountID string, s RechargeSettin
 	if s.Budget != nil {
 		p.BudgetAmount, p.BudgetCount, p.BudgetPeriod = s.Budget.Amount, s.Budget.Count, &s.Budget.Period
 	}
-	r, err := dbsqlc.New(q).AccountsSetRecharge(ctx, p)
-	if isNoRows(err) {
-		if _, err := GetAccount(ctx, q, accountID); err != nil {
-			return Automation{}, err
+	var saved Automation
+	err := InTx(ctx, b, func(tx Tx) error {
+		q := dbsqlc.New(tx)
+		r, err := q.AccountsSetRecharge(ctx, p)
+		if isNoRows(err) {
+			if _, err := GetAccount(ctx, tx, accountID); err != nil {
+				return err
+			}
+			return fmt.Errorf("enable recharge of %s: %w", accountID, ErrPaymentMethodRequired)
 		}
-		return Automation{}, fmt.Errorf("enable recharge of %s: %w", accountID, ErrPaymentMethodRequired)
-	}
-	if err != nil {
-		return Automation{}, fmt.Errorf("set recharge of %s: %w", accountID, MapError(err))
-	}
-	return automationFrom(dbsqlc.AccountsGetAutomationRow(r)), nil
+		if err != nil {
+			return fmt.Errorf("set recharge of %s: %w", accountID, MapError(err))
+		}
+		saved = automationFrom(dbsqlc.AccountsGetAutomationRow(r))
+		return syncRechargeStatus(ctx, q, accountID, StatusChangedBySettings)
+	})
+	return saved, err
 }
 
-// Recharge statuses (SPEC §17), as AccountsGetRechargeStatus derives them.
+// Why the recharge status changed (recharge_status_changes_check): a PUT's settings, an attempt made
+// or resolved (StatusChangedByAttempt + its status), a refused attempt, available back at the
+// threshold, or the end of a cooldown or budget window on the database clock.
+const (
+	StatusChangedBySettings = "settings"
+	StatusChangedByAttempt  = "attempt_"
+)
+
+// syncRechargeStatus moves the stored recharge status to the computed one and records the change once
+// (recharge_status_sync), in the transaction of what changed it.
+func syncRechargeStatus(ctx context.Context, q *dbsqlc.Queries, accountID, reason string) error {
+	if _, err := q.RechargeStatusSync(ctx, dbsqlc.RechargeStatusSyncParams{AccountID: accountID, Reason: reason}); err != nil {
+		return fmt.Errorf("move recharge status of %s: %w", accountID, MapError(err))
+	}
+	return nil
+}
+
+// Recharge statuses (SPEC §17), as recharge_status_compute derives them.
 const (
 	RechargeReady                 = "ready"
 	RechargePendingAttempt        = "pending_attempt"
@@ -147,7 +171,7 @@ type RechargeStatus struct {
 
 // GetRechargeStatus returns the account's recharge status, or ErrNotFound.
 func GetRechargeStatus(ctx context.Context, q Conn, accountID string) (RechargeStatus, error) {
-	r, err := dbsqlc.New(q).AccountsGetRechargeStatus(ctx, accountID)
+	r, err := dbsqlc.New(q).RechargeStatusGet(ctx, accountID)
 	if isNoRows(err) {
 		return RechargeStatus{}, fmt.Errorf("account %s: %w", accountID, ErrNotFound)
 	}
@@ -158,6 +182,55 @@ func GetRechargeStatus(ctx context.Context, q Conn, accountID string) (RechargeS
 		Status: r.Status, NextEligibleAt: optionalTime(r.NextEligibleAt), WindowStart: optionalTime(r.WindowStart),
 		WindowAttempts: r.WindowAttempts, WindowRechargedAmount: r.WindowRechargedAmount,
 	}, nil
+}
+
+// EndElapsedRechargeStatuses moves the stored cooling_down and budget_exhausted statuses whose end has
+// come on the database clock (a batch), each in its own statement, and returns how many changes it
+// recorded. Two sweeps racing record each change once (recharge_status_sync's conditional UPDATE).
+func EndElapsedRechargeStatuses(ctx context.Context, q Conn) (int, error) {
+	queries := dbsqlc.New(q)
+	due, err := queries.RechargeStatusDue(ctx, outboxBatch)
+	if err != nil {
+		return 0, fmt.Errorf("find elapsed recharge statuses: %w", MapError(err))
+	}
+	var n int
+	for _, d := range due {
+		changed, err := queries.RechargeStatusSync(ctx, dbsqlc.RechargeStatusSyncParams{AccountID: d.ID, Reason: d.Reason})
+		if err != nil {
+			return n, fmt.Errorf("end recharge status of %s: %w", d.ID, MapError(err))
+		}
+		if changed {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// StatusChange is one change of an account's recharge status, numbered Seq per account.
+type StatusChange struct {
+	AccountID      string
+	Seq            int64
+	From, To       string
+	Reason         string
+	NextEligibleAt *time.Time
+	ChangedAt      time.Time
+}
+
+// TakeStatusChanges takes, in tx, the status changes whose recharge.status_changed is still to
+// enqueue, like TakeAttemptJobs.
+func TakeStatusChanges(ctx context.Context, tx Tx) ([]StatusChange, error) {
+	rows, err := dbsqlc.New(tx).RechargeStatusTakeNotices(ctx, outboxBatch)
+	if err != nil {
+		return nil, fmt.Errorf("take recharge status changes: %w", MapError(err))
+	}
+	out := make([]StatusChange, len(rows))
+	for i, r := range rows {
+		out[i] = StatusChange{
+			AccountID: r.AccountID, Seq: r.Seq, From: r.FromStatus, To: r.ToStatus, Reason: r.Reason,
+			NextEligibleAt: r.NextEligibleAt, ChangedAt: r.ChangedAt,
+		}
+	}
+	return out, nil
 }
 
 // optionalTime reads a nullable timestamptz sqlc could not type.
@@ -324,24 +397,27 @@ func ResolveAttempt(ctx context.Context, tx Tx, a Attempt, status, paymentIntent
 		}
 	case AttemptFailed:
 		f, err := q.AccountsRechargeFailed(ctx, dbsqlc.AccountsRechargeFailedParams{ID: a.AccountID, Hard: r.HardDecline})
-		if isNoRows(err) {
-			return true, false, nil
-		}
-		if err != nil {
+		switch {
+		case isNoRows(err):
+			// Recharge was off already: nothing to count or schedule.
+			err = nil
+		case err != nil:
 			return false, false, fmt.Errorf("count failure of %s: %w", a.AccountID, MapError(err))
-		}
-		if f.RechargeEnabled {
+		case f.RechargeEnabled:
 			backoff := retryBackoff[min(int(r.Retry), len(retryBackoff)-1)]
 			err = q.RechargeAttemptsScheduleRetry(ctx, dbsqlc.RechargeAttemptsScheduleRetryParams{
 				AccountID: a.AccountID, ID: a.ID, Backoff: pgtype.Interval{Microseconds: backoff.Microseconds(), Valid: true},
 			})
-		} else {
+		default:
 			disabled = true
 			err = q.RechargeAttemptsMarkDisabled(ctx, dbsqlc.RechargeAttemptsMarkDisabledParams{AccountID: a.AccountID, ID: a.ID})
 		}
 		if err != nil {
 			return false, false, fmt.Errorf("after failure of attempt %d: %w", a.ID, MapError(err))
 		}
+	}
+	if err := syncRechargeStatus(ctx, q, a.AccountID, StatusChangedByAttempt+status); err != nil {
+		return false, false, err
 	}
 	return true, disabled, nil
 }

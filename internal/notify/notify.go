@@ -236,6 +236,7 @@ const (
 	TypeRechargeDisabled       = "recharge.disabled"
 	TypeRechargeActionRequired = "recharge.action_required"
 	TypeRechargeBlocked        = "recharge.blocked"
+	TypeRechargeStatusChanged  = "recharge.status_changed"
 	// TypeLimitReached: a soft spend limit's window reached its cap (SPEC §16), once per window.
 	TypeLimitReached = "limit.reached"
 )

@@ -12,6 +12,10 @@
 // carry retry_at, an outbox too); the Sweeper enqueues a RetryArgs job scheduled then, and its work only
 // raises the account's retry number. The database's trigger makes the retry at that commit, under the
 // same budget and cooldown as any attempt, with a new attempt id and so a new Idempotency-Key.
+//
+// The status (SPEC §17) is stored and moved in the transaction of each change, which records it in an
+// outbox too (recharge_status_changes); the Sweeper moves the statuses that end with time, then turns
+// every change into one recharge.status_changed.
 package recharge
 
 import (
@@ -170,8 +174,9 @@ func PaymentIntentParams(ch db.Charge) *stripe.PaymentIntentParams {
 	}
 }
 
-// Sweeper empties the outboxes into River jobs. Notifier may be nil (no NOTIFY_URL): alerts and
-// attempt outcomes then stay in their outbox.
+// Sweeper ends the recharge statuses whose time has come and empties the outboxes into River jobs.
+// Notifier may be nil (no NOTIFY_URL): alerts, attempt outcomes and status changes then stay in their
+// outbox.
 type Sweeper struct {
 	Pool *db.Pool
 	// Jobs is the process's River client, which enqueues the PaymentIntent jobs.
@@ -189,6 +194,11 @@ type Sweeper struct {
 // the jobs and the marks commit together. Rows locked by another sweeper are skipped. It returns how
 // many jobs it enqueued.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	// First the statuses whose cooldown or budget window ended, each in its own short statement, so that
+	// their changes are in the outbox this sweep empties.
+	if _, err := db.EndElapsedRechargeStatuses(ctx, s.Pool); err != nil {
+		return 0, err
+	}
 	var n int
 	err := db.InTx(ctx, s.Pool, func(tx db.Tx) error {
 		n = 0
@@ -239,7 +249,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// takeEvents turns the alert and attempt-outcome outboxes into notifications.
+// takeEvents turns the alert, attempt-outcome, block and status-change outboxes into notifications.
 func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 	alerts, err := db.TakeAlerts(ctx, tx)
 	if err != nil {
@@ -313,6 +323,23 @@ func takeEvents(ctx context.Context, tx db.Tx) ([]notify.EventArgs, error) {
 			ID:   fmt.Sprintf("ntf_limit_%s_%s_%d", l.AccountID, l.LimitID, l.WindowStart.Unix()),
 			Type: notify.TypeLimitReached, AccountID: l.AccountID, CreatedAt: l.ReachedAt.UTC(),
 			Data: map[string]any{"limit_id": l.LimitID, "window_start": l.WindowStart.UTC(), "spent": l.Spent, "held": l.Held},
+		})
+	}
+	changes, err := db.TakeStatusChanges(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		var next any
+		if c.NextEligibleAt != nil {
+			next = c.NextEligibleAt.UTC()
+		}
+		events = append(events, notify.EventArgs{
+			ID: fmt.Sprintf("ntf_recharge_status_%s_%d", c.AccountID, c.Seq), Type: notify.TypeRechargeStatusChanged,
+			AccountID: c.AccountID, CreatedAt: c.ChangedAt.UTC(),
+			Data: map[string]any{
+				"account_id": c.AccountID, "from": c.From, "to": c.To, "reason": c.Reason, "next_eligible_at": next,
+			},
 		})
 	}
 	return events, nil

@@ -119,8 +119,9 @@ func TestSweeperEnqueuesEachOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if counts[0]+counts[1] != 3 {
-		t.Fatalf("sweeps enqueued %v, want 3 together (the attempt's job, recharge.requested and balance.low)", counts)
+	if counts[0]+counts[1] != 5 {
+		t.Fatalf("sweeps enqueued %v, want 5 together (the attempt's job, recharge.requested, balance.low and "+
+			"recharge.status_changed off → ready → pending_attempt)", counts)
 	}
 	if n, err := sweeper.Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("a later sweep enqueued %d, %v", n, err)

@@ -311,8 +311,10 @@ COMMENT ON TRIGGER ledger_lots ON ledger IS
 -- colocated shards, all on this node, as ledger_chain_advance does. The keys the shards carry
 -- have the shard's suffix in their names, so conflicts are named by their columns
 -- (recharge_windows_pkey is (account_id, period, window_start), recharge_blocks_pkey (account_id, episode,
--- reason), balance_alerts_pkey (account_id, threshold, episode)).
--- mirrors accounts_available_watch of 000020_recharge_guardrails.up.sql sha256 af820d4536c98bbc00ba3c14f5b55dfec302f38d98dae6b74fe97705c38b7100
+-- reason), balance_alerts_pkey (account_id, threshold, episode)). recharge_status_sync and
+-- recharge_status_compute take the tables they read and write by name, so the same functions (made present
+-- on every node by db/citus.go) move the status here on the shards, and on the coordinator on the tables.
+-- mirrors accounts_available_watch of 000020_recharge_guardrails.up.sql sha256 82f331cf1a10f0b2bdd9283477be76f6ab299d73e8ff2db86667f5c787660ce1
 CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -327,12 +329,15 @@ DECLARE
                                       get_shard_id_for_distribution_column('recharge_windows', NEW.id));
     blocks_shard   text := shard_name('recharge_blocks'::regclass,
                                       get_shard_id_for_distribution_column('recharge_blocks', NEW.id));
+    changes_shard  text := shard_name('recharge_status_changes'::regclass,
+                                      get_shard_id_for_distribution_column('recharge_status_changes', NEW.id));
     a accounts;
     charge bigint;
     w_start timestamptz;
     admitted boolean;
     taken boolean;
     n bigint;
+    moved text;
 BEGIN
     -- The account as the transaction leaves it (see the plain function in migration 000020).
     EXECUTE format('SELECT * FROM %s WHERE id = $1', accounts_shard) INTO a USING NEW.id;
@@ -361,6 +366,8 @@ BEGIN
             EXECUTE format('INSERT INTO %s (account_id, episode, reason, next_eligible_at) VALUES ($1, $2, ''cooling_down'', $3) '
                            'ON CONFLICT (account_id, episode, reason) DO NOTHING', blocks_shard)
                 USING a.id, a.recharge_episode, a.recharge_next_eligible_at;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            moved := CASE WHEN n > 0 THEN 'blocked' END;
         ELSIF a.recharge_budget_period IS NOT NULL THEN
             w_start := date_trunc(a.recharge_budget_period, now(), 'UTC');
             EXECUTE format('INSERT INTO %s AS w '
@@ -384,6 +391,8 @@ BEGIN
                                'VALUES ($1, $2, ''budget_exhausted'', $3) '
                                'ON CONFLICT (account_id, episode, reason) DO NOTHING', blocks_shard)
                     USING a.id, a.recharge_episode, w_start + ('1 ' || a.recharge_budget_period)::interval;
+                GET DIAGNOSTICS n = ROW_COUNT;
+                moved := CASE WHEN n > 0 THEN 'blocked' END;
             END IF;
         END IF;
         IF admitted THEN
@@ -396,6 +405,7 @@ BEGIN
                            'INSERT INTO %s (id, account_id, amount, currency) '
                            'SELECT topup_id, account_id, amount, $4 FROM attempt', attempts_shard, topups_shard)
                 USING a.id, a.recharge_episode, charge, a.currency, a.recharge_retry;
+            moved := 'attempt_requested';
         END IF;
     ELSIF a.recharge_threshold IS NOT NULL AND a.balance - a.held >= a.recharge_threshold THEN
         EXECUTE format('UPDATE %s SET recharge_episode = recharge_episode + 1, recharge_retry = 0 '
@@ -403,6 +413,12 @@ BEGIN
                        '  OR EXISTS (SELECT 1 FROM %s b WHERE b.account_id = $1 AND b.episode = $2))',
                        accounts_shard, attempts_shard, blocks_shard)
             USING a.id, a.recharge_episode;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        moved := CASE WHEN n > 0 THEN 'episode_ended' END;
+    END IF;
+    IF moved IS NOT NULL THEN
+        PERFORM recharge_status_sync(a.id, moved, accounts_shard, attempts_shard, windows_shard, blocks_shard,
+                                     changes_shard);
     END IF;
 
     IF a.low_balance_alert IS NULL THEN
@@ -429,8 +445,9 @@ COMMENT ON FUNCTION accounts_available_watch() IS
     'At commit, for an account whose balance, held or retry the transaction moved (on Citus, on the account''s '
     'shard and its colocated shards): below its recharge threshold with the episode''s current try not made, '
     'claims the cooldown and the budget window by conditional statements and inserts the attempt with its '
-    'pending order, or records why not; at or above it after an attempt or block, starts the next episode. '
-    'Likewise records balance.low / balance.recovered once per alert episode.';
+    'pending order, or records why not; at or above it after an attempt or block, starts the next episode; '
+    'and moves the recharge status those change (recharge_status_sync on the shards). Likewise records '
+    'balance.low / balance.recovered once per alert episode.';
 
 -- Unique keys that include the distribution column: changed once, while the tables are not distributed
 -- yet (the ledger's primary key still has one column), and left as they are on every later run.

@@ -19,6 +19,16 @@ ALTER TABLE recharge_attempts
 COMMENT ON CONSTRAINT recharge_attempts_episode_key ON recharge_attempts IS
     'One attempt per low-balance episode: debits racing below the threshold, or a second billing chunk '
     'in the same episode, insert nothing more (ON CONFLICT DO NOTHING).';
+DROP FUNCTION recharge_status_sync(text, text);
+DROP FUNCTION recharge_status_sync(text, text, text, text, text, text, text);
+DROP FUNCTION recharge_status_compute(text);
+DROP FUNCTION recharge_status_compute(text, text, text, text, text);
+DROP TABLE recharge_status_changes;
+DROP INDEX accounts_recharge_status_due_idx;
+ALTER TABLE accounts
+    DROP COLUMN recharge_status,
+    DROP COLUMN recharge_status_next_eligible_at,
+    DROP COLUMN recharge_status_seq;
 DROP TABLE recharge_blocks;
 DROP TABLE recharge_windows;
 ALTER TABLE accounts

@@ -13,6 +13,11 @@
 --   * One recharge.blocked per (account, episode, reason): recharge_blocks_pkey.
 --   * Hard declines stop at once: recharge_attempts.hard_decline is computed by the schema from the
 --     decline code, and the failure's UPDATE of the account forgets the card.
+--   * One recharge.status_changed per change of the status: accounts.recharge_status is moved by
+--     recharge_status_sync in the transaction that changes what the status is computed from (this
+--     trigger, the PUT, an attempt's resolution, the sweep of elapsed cooldowns and windows), by an
+--     UPDATE conditional on the transition number it read (recharge_status_seq); the transition is
+--     recorded under recharge_status_changes_pkey (account_id, seq).
 
 ALTER TABLE accounts
     ADD COLUMN recharge_budget_amount    bigint,
@@ -176,6 +181,201 @@ CREATE INDEX recharge_attempts_retry_outbox_idx ON recharge_attempts (id)
     WHERE retry_at IS NOT NULL AND retry_enqueued_at IS NULL;
 COMMENT ON INDEX recharge_attempts_retry_outbox_idx IS 'Finds the failed attempts whose retry job is still to enqueue.';
 
+-- The recharge status (SPEC §17), stored so that each of its changes is told once: why recharge does
+-- or does not charge now.
+ALTER TABLE accounts
+    ADD COLUMN recharge_status                  text   NOT NULL DEFAULT 'off',
+    ADD COLUMN recharge_status_next_eligible_at timestamptz,
+    ADD COLUMN recharge_status_seq              bigint NOT NULL DEFAULT 0,
+    ADD CONSTRAINT accounts_recharge_status_check CHECK (
+        recharge_status IN ('ready', 'pending_attempt', 'cooling_down', 'budget_exhausted', 'requires_action',
+                            'disabled_after_failures', 'payment_method_required', 'off')
+        AND (recharge_status_next_eligible_at IS NULL OR recharge_status IN ('cooling_down', 'budget_exhausted'))
+        AND recharge_status_seq >= 0
+    );
+
+COMMENT ON COLUMN accounts.recharge_status IS
+    'The recharge status as recharge_status_compute gives it, moved by recharge_status_sync in the transaction '
+    'that changes it; a cooling_down or budget_exhausted status whose time passed is moved by the sweep.';
+COMMENT ON COLUMN accounts.recharge_status_next_eligible_at IS
+    'When the stored cooling_down or budget_exhausted status ends (the sweep moves it then).';
+COMMENT ON COLUMN accounts.recharge_status_seq IS
+    'How many times the status changed: the number of its last recharge_status_changes row.';
+COMMENT ON CONSTRAINT accounts_recharge_status_check ON accounts IS
+    'A status of SPEC §17; only cooling_down and budget_exhausted end at a time.';
+
+CREATE INDEX accounts_recharge_status_due_idx ON accounts (recharge_status_next_eligible_at)
+    WHERE recharge_status IN ('cooling_down', 'budget_exhausted');
+COMMENT ON INDEX accounts_recharge_status_due_idx IS 'Finds the statuses whose time has passed, for the sweep.';
+
+-- One row per change of an account's recharge status: the outbox of its one recharge.status_changed.
+CREATE TABLE recharge_status_changes (
+    account_id         text        NOT NULL,
+    seq                bigint      NOT NULL,
+    from_status        text        NOT NULL,
+    to_status          text        NOT NULL,
+    reason             text        NOT NULL,
+    next_eligible_at   timestamptz,
+    changed_at         timestamptz NOT NULL DEFAULT now(),
+    notice_enqueued_at timestamptz,
+    CONSTRAINT recharge_status_changes_pkey PRIMARY KEY (account_id, seq),
+    CONSTRAINT recharge_status_changes_account_fk FOREIGN KEY (account_id) REFERENCES accounts (id),
+    CONSTRAINT recharge_status_changes_check CHECK (
+        seq >= 1
+        AND from_status <> to_status
+        AND reason IN ('settings', 'attempt_requested', 'attempt_succeeded', 'attempt_failed',
+                       'attempt_action_required', 'blocked', 'episode_ended', 'cooldown_ended', 'window_ended')
+    )
+);
+
+COMMENT ON TABLE recharge_status_changes IS
+    'Each change of accounts.recharge_status, numbered per account, inserted by recharge_status_sync with '
+    'the change. The outbox of recharge.status_changed.';
+COMMENT ON COLUMN recharge_status_changes.reason IS
+    'What changed it: settings (a PUT), attempt_<status> (an attempt made or resolved), blocked (an attempt '
+    'refused by the cooldown or the budget), episode_ended (available back at the threshold), '
+    'cooldown_ended or window_ended (the sweep, on the database clock).';
+COMMENT ON COLUMN recharge_status_changes.next_eligible_at IS 'When the new status ends, if it is one that ends.';
+COMMENT ON COLUMN recharge_status_changes.notice_enqueued_at IS
+    'When recharge.status_changed was enqueued; NULL: still to enqueue.';
+COMMENT ON CONSTRAINT recharge_status_changes_pkey ON recharge_status_changes IS
+    'One row, so one notification, per (account, transition number): two sweeps moving the same status '
+    'cannot both record it (distributed by account_id on Citus).';
+COMMENT ON CONSTRAINT recharge_status_changes_account_fk ON recharge_status_changes IS
+    'Every change belongs to an existing account.';
+COMMENT ON CONSTRAINT recharge_status_changes_check ON recharge_status_changes IS
+    'Numbered from 1, a real change, for a known reason.';
+
+CREATE INDEX recharge_status_changes_outbox_idx ON recharge_status_changes (account_id) WHERE notice_enqueued_at IS NULL;
+COMMENT ON INDEX recharge_status_changes_outbox_idx IS 'Finds the changes whose notification is still to enqueue.';
+
+-- The status derived from the rows that hold it, on the database clock. The tables are named by the
+-- caller: the logical ones (the overload below), or on Citus, inside a trigger on a shard, the account's
+-- colocated shards.
+CREATE FUNCTION recharge_status_compute(account text, accounts_rel text, attempts_rel text, windows_rel text,
+                                        blocks_rel text)
+    RETURNS TABLE (status text, next_eligible_at timestamptz, window_start timestamptz, window_attempts integer,
+                   window_recharged_amount bigint)
+    LANGUAGE plpgsql STABLE AS
+$$
+BEGIN
+    RETURN QUERY EXECUTE format($q$
+        SELECT s.status,
+               (CASE s.status
+                    WHEN 'cooling_down' THEN greatest(s.next_eligible_at, s.retry_at)
+                    WHEN 'budget_exhausted' THEN s.window_start + ('1 ' || s.recharge_budget_period)::interval
+                END),
+               s.window_start,
+               s.window_attempts::integer,
+               s.window_recharged_amount::bigint
+        FROM (
+            SELECT CASE
+                       WHEN a.recharge_stopped IS NOT NULL THEN a.recharge_stopped
+                       WHEN NOT a.recharge_enabled THEN 'off'
+                       WHEN last.status = 'requested' THEN 'pending_attempt'
+                       WHEN last.status = 'action_required' AND last.episode = a.recharge_episode THEN 'requires_action'
+                       WHEN greatest(a.recharge_next_eligible_at, last.retry_at) > now() THEN 'cooling_down'
+                       WHEN w.attempts >= a.recharge_budget_count
+                            OR EXISTS (SELECT 1 FROM %4$s b
+                                       WHERE b.account_id = a.id AND b.episode = a.recharge_episode
+                                         AND b.reason = 'budget_exhausted' AND b.next_eligible_at > now()) THEN 'budget_exhausted'
+                       ELSE 'ready'
+                   END AS status,
+                   a.recharge_next_eligible_at AS next_eligible_at,
+                   last.retry_at,
+                   a.recharge_budget_period,
+                   date_trunc(a.recharge_budget_period, now(), 'UTC') AS window_start,
+                   coalesce(w.attempts, 0) AS window_attempts,
+                   coalesce(w.recharged_amount, 0) AS window_recharged_amount
+            FROM %1$s a
+            LEFT JOIN LATERAL (
+                SELECT r.status, r.episode, r.retry_at FROM %2$s r WHERE r.account_id = a.id ORDER BY r.id DESC LIMIT 1
+            ) last ON true
+            LEFT JOIN %3$s w
+                ON w.account_id = a.id
+               AND w.period = a.recharge_budget_period
+               AND w.window_start = date_trunc(a.recharge_budget_period, now(), 'UTC')
+            WHERE a.id = $1
+        ) s $q$, accounts_rel, attempts_rel, windows_rel, blocks_rel) USING account;
+END;
+$$;
+
+CREATE FUNCTION recharge_status_compute(account text)
+    RETURNS TABLE (status text, next_eligible_at timestamptz, window_start timestamptz, window_attempts integer,
+                   window_recharged_amount bigint)
+    LANGUAGE sql STABLE AS
+$$
+SELECT * FROM recharge_status_compute(account, 'accounts', 'recharge_attempts', 'recharge_windows', 'recharge_blocks')
+$$;
+
+COMMENT ON FUNCTION recharge_status_compute(text, text, text, text, text) IS
+    'An account''s recharge status now (SPEC §17), from why it stopped, its newest attempt, its cooldown or '
+    'pending retry and its budget window; next_eligible_at is when cooling_down or budget_exhausted ends. '
+    'No row when the account does not exist. The one place the status is derived.';
+COMMENT ON FUNCTION recharge_status_compute(text) IS 'recharge_status_compute on the logical tables.';
+
+-- Moves the stored status to the computed one. The UPDATE is conditional on the transition number read
+-- first, so of two transactions moving the same status (two sweeps) the second, which waited for the
+-- first's row lock, updates nothing and records nothing. Every other caller holds the account's row lock
+-- already. Returns whether it recorded a change.
+CREATE FUNCTION recharge_status_sync(account text, reason text, accounts_rel text, attempts_rel text,
+                                     windows_rel text, blocks_rel text, changes_rel text)
+    RETURNS boolean
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    old_status text;
+    old_next   timestamptz;
+    old_seq    bigint;
+    now_status text;
+    now_next   timestamptz;
+    n          bigint;
+BEGIN
+    EXECUTE format('SELECT recharge_status, recharge_status_next_eligible_at, recharge_status_seq FROM %s WHERE id = $1',
+                   accounts_rel)
+        INTO old_status, old_next, old_seq USING account;
+    SELECT c.status, c.next_eligible_at INTO now_status, now_next
+    FROM recharge_status_compute(account, accounts_rel, attempts_rel, windows_rel, blocks_rel) c;
+    IF now_status IS NULL OR (now_status = old_status AND now_next IS NOT DISTINCT FROM old_next) THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('UPDATE %s SET recharge_status = $2, recharge_status_next_eligible_at = $3, '
+                   '    recharge_status_seq = recharge_status_seq + CASE WHEN recharge_status = $2 THEN 0 ELSE 1 END '
+                   'WHERE id = $1 AND recharge_status_seq = $4', accounts_rel)
+        USING account, now_status, now_next, old_seq;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n = 0 OR now_status = old_status THEN
+        -- Moved meanwhile by another transaction, or only the time of the same status changed.
+        RETURN false;
+    END IF;
+    EXECUTE format('INSERT INTO %s (account_id, seq, from_status, to_status, reason, next_eligible_at) '
+                   'VALUES ($1, $2, $3, $4, $5, $6)', changes_rel)
+        USING account, old_seq + 1, old_status, now_status, reason, now_next;
+    RETURN true;
+END;
+$$;
+
+CREATE FUNCTION recharge_status_sync(account text, reason text)
+    RETURNS boolean
+    LANGUAGE sql AS
+$$
+SELECT recharge_status_sync(account, reason, 'accounts', 'recharge_attempts', 'recharge_windows', 'recharge_blocks',
+                            'recharge_status_changes')
+$$;
+
+COMMENT ON FUNCTION recharge_status_sync(text, text, text, text, text, text, text) IS
+    'Moves accounts.recharge_status to what recharge_status_compute gives now and records the change once '
+    '(recharge_status_changes, numbered by recharge_status_seq), for the reason given. Called in the '
+    'transaction of every change: accounts_available_watch, the PUT, an attempt''s resolution, the sweep.';
+COMMENT ON FUNCTION recharge_status_sync(text, text) IS 'recharge_status_sync on the logical tables.';
+
+-- The accounts that exist already start at the status their rows give.
+UPDATE accounts a
+SET recharge_status = c.status, recharge_status_next_eligible_at = c.next_eligible_at
+FROM accounts x
+CROSS JOIN LATERAL recharge_status_compute(x.id) c
+WHERE x.id = a.id AND c.status <> 'off';
+
 CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -184,6 +384,7 @@ DECLARE
     charge bigint;
     w_start timestamptz;
     admitted boolean;
+    moved text;
 BEGIN
     -- The account as the transaction leaves it (the trigger runs at commit; the row is locked by the
     -- update that queued it, so no other transaction makes an attempt for it meanwhile).
@@ -215,6 +416,7 @@ BEGIN
             INSERT INTO recharge_blocks (account_id, episode, reason, next_eligible_at)
             VALUES (a.id, a.recharge_episode, 'cooling_down', a.recharge_next_eligible_at)
             ON CONFLICT ON CONSTRAINT recharge_blocks_pkey DO NOTHING;
+            moved := CASE WHEN FOUND THEN 'blocked' END;
         ELSIF a.recharge_budget_period IS NOT NULL THEN
             -- The budget: the window admits the attempt by a conditional upsert.
             w_start := date_trunc(a.recharge_budget_period, now(), 'UTC');
@@ -238,6 +440,7 @@ BEGIN
                 VALUES (a.id, a.recharge_episode, 'budget_exhausted',
                         w_start + ('1 ' || a.recharge_budget_period)::interval)
                 ON CONFLICT ON CONSTRAINT recharge_blocks_pkey DO NOTHING;
+                moved := CASE WHEN FOUND THEN 'blocked' END;
             END IF;
         END IF;
         IF admitted THEN
@@ -251,6 +454,7 @@ BEGIN
             INSERT INTO topups (id, account_id, amount, currency)
             SELECT topup_id, account_id, amount, a.currency
             FROM attempt;
+            moved := 'attempt_requested';
         END IF;
     ELSIF a.recharge_threshold IS NOT NULL AND a.balance - a.held >= a.recharge_threshold THEN
         -- Back at the threshold or above after an attempt or a block: the next dip is a new episode.
@@ -259,6 +463,11 @@ BEGIN
         WHERE id = a.id
           AND (EXISTS (SELECT 1 FROM recharge_attempts r WHERE r.account_id = a.id AND r.episode = a.recharge_episode)
                OR EXISTS (SELECT 1 FROM recharge_blocks b WHERE b.account_id = a.id AND b.episode = a.recharge_episode));
+        moved := CASE WHEN FOUND THEN 'episode_ended' END;
+    END IF;
+    IF moved IS NOT NULL THEN
+        -- An attempt, a block or a new episode: the status they change, told once.
+        PERFORM recharge_status_sync(a.id, moved);
     END IF;
 
     IF a.low_balance_alert IS NULL THEN
@@ -291,8 +500,9 @@ COMMENT ON FUNCTION accounts_available_watch() IS
     'At commit, for an account whose balance, held or retry the transaction moved: below its recharge '
     'threshold with the episode''s current try not made, claims the cooldown and the budget window by '
     'conditional statements and inserts the attempt with its pending order, or records why not '
-    '(recharge_blocks); at or above it after an attempt or block, starts the next episode. Likewise records '
-    'balance.low / balance.recovered once per alert episode.';
+    '(recharge_blocks); at or above it after an attempt or block, starts the next episode; and moves the '
+    'recharge status those change (recharge_status_sync). Likewise records balance.low / balance.recovered '
+    'once per alert episode.';
 
 -- Queued also when the failure ladder's job raises recharge_retry: the retry is made by the same rule,
 -- budget and cooldown as a first attempt. Nothing else lowers it but a new episode, which queues nothing.

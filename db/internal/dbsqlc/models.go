@@ -57,6 +57,12 @@ type Account struct {
 	RechargeRetry int32
 	// Why recharge was turned off by its failures: disabled_after_failures (three in a row) or payment_method_required (a hard decline forgot the card). NULL when it was not; cleared by a PUT.
 	RechargeStopped *string
+	// The recharge status as recharge_status_compute gives it, moved by recharge_status_sync in the transaction that changes it; a cooling_down or budget_exhausted status whose time passed is moved by the sweep.
+	RechargeStatus string
+	// When the stored cooling_down or budget_exhausted status ends (the sweep moves it then).
+	RechargeStatusNextEligibleAt *time.Time
+	// How many times the status changed: the number of its last recharge_status_changes row.
+	RechargeStatusSeq int64
 }
 
 // Who did what: one row per mutating request, refused request and console action; append-only.
@@ -278,6 +284,21 @@ type RechargeBlock struct {
 	// When an attempt may be made again: the cooldown's end, or the budget window's.
 	NextEligibleAt time.Time
 	// When recharge.blocked was enqueued; NULL: still to enqueue.
+	NoticeEnqueuedAt *time.Time
+}
+
+// Each change of accounts.recharge_status, numbered per account, inserted by recharge_status_sync with the change. The outbox of recharge.status_changed.
+type RechargeStatusChange struct {
+	AccountID  string
+	Seq        int64
+	FromStatus string
+	ToStatus   string
+	// What changed it: settings (a PUT), attempt_<status> (an attempt made or resolved), blocked (an attempt refused by the cooldown or the budget), episode_ended (available back at the threshold), cooldown_ended or window_ended (the sweep, on the database clock).
+	Reason string
+	// When the new status ends, if it is one that ends.
+	NextEligibleAt *time.Time
+	ChangedAt      time.Time
+	// When recharge.status_changed was enqueued; NULL: still to enqueue.
 	NoticeEnqueuedAt *time.Time
 }
 
