@@ -1,16 +1,19 @@
 package db
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
@@ -58,11 +61,54 @@ func newMigrate(sqlDB *sql.DB) (*migrate.Migrate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prepare migrations: %w", err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", statementwise{Driver: driver, db: sqlDB})
 	if err != nil {
 		return nil, fmt.Errorf("prepare migrations: %w", err)
 	}
 	return m, nil
+}
+
+// statementwise runs a migration file as the driver does (one command, one implicit transaction) until
+// the database is distributed; then one statement at a time, in one transaction. Citus hands a DDL
+// statement's text on to the workers, which take one statement per command: the whole file as one
+// command would reach them as several and be refused, so a cluster could not be upgraded.
+type statementwise struct {
+	database.Driver
+	db *sql.DB
+}
+
+func (s statementwise) Run(migration io.Reader) error {
+	body, err := io.ReadAll(migration)
+	if err != nil {
+		return fmt.Errorf("read migration: %w", err)
+	}
+	ctx := context.Background()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("run migration: %w", err)
+	}
+	defer conn.Close()
+	return conn.Raw(func(driverConn any) error {
+		c := driverConn.(*stdlib.Conn).Conn()
+		distributed, err := Distributed(ctx, c)
+		if err != nil {
+			return err
+		}
+		if !distributed {
+			return s.Driver.Run(bytes.NewReader(body))
+		}
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			// DDL on distributed tables, then functions and triggers, in one transaction: Citus runs
+			// such a mix only over one connection per node.
+			stmts := append([]string{"SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"}, statements(string(body))...)
+			for _, stmt := range stmts {
+				if _, err := tx.Conn().PgConn().Exec(ctx, stmt).ReadAll(); err != nil {
+					return fmt.Errorf("migration: %w\n%.200s", MapError(err), stmt)
+				}
+			}
+			return nil
+		})
+	})
 }
 
 // Up applies every migration not yet applied: ours, then on a database with the citus extension the

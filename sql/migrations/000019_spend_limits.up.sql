@@ -8,18 +8,25 @@
 -- Who spent and on what: stored on the hold and the decision, matched against the limits' scopes.
 -- NOT VALID: every existing row has null subject and feature, and validating would scan the tables under
 -- an exclusive lock for nothing. New and updated rows are checked as usual.
+-- Each constraint is its own ALTER TABLE: Citus runs no ADD CONSTRAINT beside other subcommands on a
+-- distributed table, and a cluster upgraded from an earlier release has these tables distributed.
 ALTER TABLE holds
     ADD COLUMN subject text,
     ADD COLUMN feature text,
     ADD COLUMN limit_ids text[] NOT NULL DEFAULT '{}',
-    ADD COLUMN window_starts timestamptz[] NOT NULL DEFAULT '{}',
-    ADD CONSTRAINT holds_subject_format_check CHECK (subject ~ '^[A-Za-z0-9_.:@-]{1,128}$') NOT VALID,
-    ADD CONSTRAINT holds_feature_format_check CHECK (feature ~ '^[A-Za-z0-9_.:-]{1,64}$') NOT VALID,
+    ADD COLUMN window_starts timestamptz[] NOT NULL DEFAULT '{}';
+ALTER TABLE holds
+    ADD CONSTRAINT holds_subject_format_check CHECK (subject ~ '^[A-Za-z0-9_.:@-]{1,128}$') NOT VALID;
+ALTER TABLE holds
+    ADD CONSTRAINT holds_feature_format_check CHECK (feature ~ '^[A-Za-z0-9_.:-]{1,64}$') NOT VALID;
+ALTER TABLE holds
     ADD CONSTRAINT holds_windows_check CHECK (cardinality(limit_ids) = cardinality(window_starts)) NOT VALID;
 ALTER TABLE decisions
     ADD COLUMN subject text,
-    ADD COLUMN feature text,
-    ADD CONSTRAINT decisions_subject_format_check CHECK (subject ~ '^[A-Za-z0-9_.:@-]{1,128}$') NOT VALID,
+    ADD COLUMN feature text;
+ALTER TABLE decisions
+    ADD CONSTRAINT decisions_subject_format_check CHECK (subject ~ '^[A-Za-z0-9_.:@-]{1,128}$') NOT VALID;
+ALTER TABLE decisions
     ADD CONSTRAINT decisions_feature_format_check CHECK (feature ~ '^[A-Za-z0-9_.:-]{1,64}$') NOT VALID;
 
 COMMENT ON COLUMN holds.subject IS 'Who the hold spends for (a user, an API client, an agent); NULL: nobody named.';

@@ -19,6 +19,8 @@
 --     UPDATE conditional on the transition number it read (recharge_status_seq); the transition is
 --     recorded under recharge_status_changes_pkey (account_id, seq).
 
+-- Each constraint is its own ALTER TABLE: Citus runs no ADD CONSTRAINT beside other subcommands on a
+-- distributed table, and a cluster upgraded from an earlier release has these tables distributed.
 ALTER TABLE accounts
     ADD COLUMN recharge_budget_amount    bigint,
     ADD COLUMN recharge_budget_count     integer,
@@ -28,23 +30,28 @@ ALTER TABLE accounts
     ADD COLUMN recharge_target           bigint,
     ADD COLUMN recharge_next_eligible_at timestamptz,
     ADD COLUMN recharge_retry            integer  NOT NULL DEFAULT 0,
-    ADD COLUMN recharge_stopped          text,
+    ADD COLUMN recharge_stopped          text;
+ALTER TABLE accounts
     ADD CONSTRAINT accounts_recharge_budget_check CHECK (
         (recharge_budget_period IS NULL) = (recharge_budget_amount IS NULL AND recharge_budget_count IS NULL)
         AND recharge_budget_period IN ('day', 'week', 'month')
         AND recharge_budget_amount BETWEEN 1 AND 1000000000000000
         AND recharge_budget_count BETWEEN 1 AND 1000000
         AND (recharge_mode <> 'fixed' OR recharge_budget_amount >= recharge_amount)
-    ),
+    );
+ALTER TABLE accounts
     ADD CONSTRAINT accounts_recharge_cooldown_check CHECK (
         recharge_cooldown BETWEEN interval '0s' AND interval '30 days'
-    ),
+    );
+ALTER TABLE accounts
     ADD CONSTRAINT accounts_recharge_mode_check CHECK (
         recharge_mode IN ('fixed', 'target')
         AND (recharge_mode = 'fixed' OR (recharge_target IS NOT NULL AND recharge_target > recharge_threshold
                                          AND recharge_target <= 1000000000000000))
-    ),
-    ADD CONSTRAINT accounts_recharge_retry_check CHECK (recharge_retry BETWEEN 0 AND 3),
+    );
+ALTER TABLE accounts
+    ADD CONSTRAINT accounts_recharge_retry_check CHECK (recharge_retry BETWEEN 0 AND 3);
+ALTER TABLE accounts
     ADD CONSTRAINT accounts_recharge_stopped_check CHECK (
         recharge_stopped IS NULL
         OR (recharge_stopped IN ('disabled_after_failures', 'payment_method_required') AND NOT recharge_enabled)
@@ -149,10 +156,14 @@ ALTER TABLE recharge_attempts
         'lost_card', 'stolen_card', 'expired_card', 'incorrect_number', 'do_not_honor', 'pickup_card', 'fraudulent'
     ), false)) STORED,
     ADD COLUMN retry_at          timestamptz,
-    ADD COLUMN retry_enqueued_at timestamptz,
-    DROP CONSTRAINT recharge_attempts_episode_key,
-    ADD CONSTRAINT recharge_attempts_episode_key UNIQUE (account_id, episode, retry),
-    ADD CONSTRAINT recharge_attempts_retry_check CHECK (retry BETWEEN 0 AND 3),
+    ADD COLUMN retry_enqueued_at timestamptz;
+ALTER TABLE recharge_attempts
+    DROP CONSTRAINT recharge_attempts_episode_key;
+ALTER TABLE recharge_attempts
+    ADD CONSTRAINT recharge_attempts_episode_key UNIQUE (account_id, episode, retry);
+ALTER TABLE recharge_attempts
+    ADD CONSTRAINT recharge_attempts_retry_check CHECK (retry BETWEEN 0 AND 3);
+ALTER TABLE recharge_attempts
     ADD CONSTRAINT recharge_attempts_retry_at_check CHECK (
         (retry_at IS NULL OR (status = 'failed' AND NOT disabled_recharge))
         AND (retry_enqueued_at IS NULL OR retry_at IS NOT NULL)
@@ -186,7 +197,8 @@ COMMENT ON INDEX recharge_attempts_retry_outbox_idx IS 'Finds the failed attempt
 ALTER TABLE accounts
     ADD COLUMN recharge_status                  text   NOT NULL DEFAULT 'off',
     ADD COLUMN recharge_status_next_eligible_at timestamptz,
-    ADD COLUMN recharge_status_seq              bigint NOT NULL DEFAULT 0,
+    ADD COLUMN recharge_status_seq              bigint NOT NULL DEFAULT 0;
+ALTER TABLE accounts
     ADD CONSTRAINT accounts_recharge_status_check CHECK (
         recharge_status IN ('ready', 'pending_attempt', 'cooling_down', 'budget_exhausted', 'requires_action',
                             'disabled_after_failures', 'payment_method_required', 'off')
