@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -209,6 +210,19 @@ func fieldNames(t reflect.Type, fields map[string]string) map[string]string {
 // jsonError answers a body that could not be read or decoded. Its message never carries the error's
 // own text beyond the field it names: a failed read's error holds the connection's addresses, which
 // go to the log only (Error.Cause).
+// fieldCode is a JSON path's name in an error code: its object keys after the last array index,
+// joined by "_".
+func fieldCode(path string) string {
+	parts := strings.Split(path, ".")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if _, err := strconv.Atoi(parts[i]); err == nil {
+			parts = parts[i+1:]
+			break
+		}
+	}
+	return strings.Join(parts, "_")
+}
+
 func jsonError(err error) *Error {
 	var (
 		syntaxErr *json.SyntaxError
@@ -230,9 +244,9 @@ func jsonError(err error) *Error {
 		return badRequest("invalid_body", "body must be a JSON "+want)
 	case errors.As(err, &typeErr):
 		// Field is the path to the field, array indexes included since Go 1.27 ("1.cost"): the code
-		// names the field, the message where it is.
-		name := typeErr.Field[strings.LastIndex(typeErr.Field, ".")+1:]
-		return badRequest("invalid_"+name, fmt.Sprintf("field %q must be %s", typeErr.Field, typeErr.Type))
+		// names the field within its element ("cost"; "budget_amount" for "budget.amount"), the message
+		// where it is.
+		return badRequest("invalid_"+fieldCode(typeErr.Field), fmt.Sprintf("field %q must be %s", typeErr.Field, typeErr.Type))
 	default:
 		if field, ok := unknownField(err); ok {
 			return badRequest("unknown_field", fmt.Sprintf("unknown field %s", field))

@@ -41,7 +41,7 @@ func TestRechargeGuardrailsValidated(t *testing.T) {
 		{"budget period unknown", with("budget", map[string]any{"count": 3, "period": "year"}), "invalid_budget_period"},
 		{"budget with nothing to cap", with("budget", map[string]any{"period": "week"}), "invalid_budget"},
 		{"budget count zero", with("budget", map[string]any{"count": 0, "period": "week"}), "invalid_budget_count"},
-		{"budget amount overflowing bigint", `{"threshold":1000,"amount":5000,"enabled":true,"budget":{"amount":9223372036854775808,"period":"day"}}`, "invalid_amount"},
+		{"budget amount overflowing bigint", `{"threshold":1000,"amount":5000,"enabled":true,"budget":{"amount":9223372036854775808,"period":"day"}}`, "invalid_budget_amount"},
 		{"cooldown beyond 30 days", with("cooldown", "721h"), "invalid_cooldown"},
 		{"cooldown negative", with("cooldown", "-1s"), "invalid_cooldown"},
 		{"cooldown not a duration", with("cooldown", "soon"), "invalid_cooldown"},
