@@ -109,6 +109,8 @@ test-citus: $(GOTESTSUM) chromium citus-build ## the whole suite again with ever
 	@for t in $$(echo '$(CITUS_PLAIN_ONLY)' | tr '|' ' '); do \
 	  grep -rqs --include='*_test.go' "^func $$t(" . || { echo "docs/scaling.md lists $$t, which no test file defines"; exit 1; }; \
 	done
+	@# Started once before the packages run: in parallel, each would race the others to create it.
+	go run ./cmd/citus-cluster up >/dev/null
 	ONCELEDGER_TEST_BACKEND=citus $(GOTESTSUM) --format pkgname-and-test-fails -- -tags citus -count=1 -timeout 25m \
 	  -skip '^($(CITUS_PLAIN_ONLY))$$' ./...
 
