@@ -34,16 +34,6 @@ func requestBy(key, account string) (context.Context, *db.PendingAudit) {
 		KeyName: key, Action: "POST /test", AccountID: account, Status: 200, RemoteAddr: "127.0.0.1"})
 }
 
-// countOf returns the single integer query answers.
-func countOf(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
 // auditedEffect is one kind of request that commits an effect: prepare sets its account up (with no
 // record), do runs the operation the API or the console runs for it, and effect counts what it
 // committed (0 before, 1 after).
@@ -177,14 +167,14 @@ func TestAuditRecordCommitsWithItsEffect(t *testing.T) {
 			account := "acct_" + strconv.Itoa(i)
 			k.prepare(t, pool, ledger, account)
 			records := func(key string) int {
-				return countOf(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = $1 AND key_name = $2`, account, key)
+				return count(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = $1 AND key_name = $2`, account, key)
 			}
 
 			ctx, pending := requestBy(doomedKey, account)
 			if err := k.do(ctx, pool, ledger, account); err == nil {
 				t.Fatal("the effect committed, yet its record was refused")
 			}
-			if n := countOf(t, pool, k.effect, account); n != 0 || records(doomedKey) != 0 || pending.Written() {
+			if n := count(t, pool, k.effect, account); n != 0 || records(doomedKey) != 0 || pending.Written() {
 				t.Fatalf("after a failed record: effect %d, records %d, written %v; want neither", n, records(doomedKey), pending.Written())
 			}
 
@@ -192,10 +182,10 @@ func TestAuditRecordCommitsWithItsEffect(t *testing.T) {
 			if err := k.do(ctx, pool, ledger, account); err != nil {
 				t.Fatal(err)
 			}
-			if n := countOf(t, pool, k.effect, account); n != 1 || !pending.Written() || pending.Replayed() {
+			if n := count(t, pool, k.effect, account); n != 1 || !pending.Written() || pending.Replayed() {
 				t.Fatalf("effect %d, written %v, replayed %v; want 1, true, false", n, pending.Written(), pending.Replayed())
 			}
-			if n := countOf(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = $1 AND key_name = 'ops' AND outcome = 'ok' AND status = 200`, account); n != 1 {
+			if n := count(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = $1 AND key_name = 'ops' AND outcome = 'ok' AND status = 200`, account); n != 1 {
 				t.Fatalf("%d records of the committed effect, want 1", n)
 			}
 		})
@@ -219,7 +209,7 @@ func TestAuditReplayWritesNoRecord(t *testing.T) {
 			t.Fatalf("posting %d: new %v (%v), written %v, replayed %v; want new and written %v", i, posted.New, err, pending.Written(), pending.Replayed(), want)
 		}
 	}
-	if n := countOf(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = 'acct_replay'`); n != 1 {
+	if n := count(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = 'acct_replay'`); n != 1 {
 		t.Fatalf("%d records, want 1: the first posting's", n)
 	}
 }
@@ -241,7 +231,7 @@ func TestAuditRecordsOfAGroupCommitWithIt(t *testing.T) {
 	// that the others, and only they, committed their effects (counted by effect) and their records.
 	run := func(what string, doomed int, effect string, do func(ctx context.Context, i int) error) {
 		t.Helper()
-		effectsBefore, recordsBefore := countOf(t, pool, effect), countOf(t, pool, records)
+		effectsBefore, recordsBefore := count(t, pool, effect), count(t, pool, records)
 		errs, pending := make([]error, members), make([]*db.PendingAudit, members)
 		var wg sync.WaitGroup
 		for i := range members {
@@ -267,10 +257,10 @@ func TestAuditRecordsOfAGroupCommitWithIt(t *testing.T) {
 				t.Errorf("%s %d: %v, written %v", what, i, err, pending[i].Written())
 			}
 		}
-		if n := countOf(t, pool, effect) - effectsBefore; n != want {
+		if n := count(t, pool, effect) - effectsBefore; n != want {
 			t.Errorf("%d %s committed, want %d", n, what, want)
 		}
-		if n := countOf(t, pool, records) - recordsBefore; n != want {
+		if n := count(t, pool, records) - recordsBefore; n != want {
 			t.Errorf("%d records of %s, want %d", n, what, want)
 		}
 	}
