@@ -147,6 +147,7 @@ func handlePutAccount(d Deps) http.Handler {
 		if req.Currency == nil || !currencyPattern.MatchString(*req.Currency) {
 			return badRequest("invalid_currency", `currency is required: a lower-case ISO 4217 code such as "usd"`)
 		}
+		answersOnEffect(r, http.StatusCreated)
 		out, err := d.Ledger.CreateAccount(r.Context(), id, *req.Currency, d.Config.SignupGrant)
 		if err != nil {
 			return err

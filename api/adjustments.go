@@ -93,6 +93,7 @@ func handlePostAdjustment(d Deps) http.Handler {
 			// The lot the credit makes travels with it (default: promotional, 50, never).
 			posting.Lot = &terms
 		}
+		answersOnEffect(r, http.StatusCreated)
 		posted, err := postAdjustment(r.Context(), d, posting)
 		if err != nil {
 			return err

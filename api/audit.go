@@ -3,13 +3,20 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/onceledger/onceledger/db"
 )
 
+// answersOnEffect says, before the operation that commits r's effect runs, the status r answers when
+// it does (a creation's 201), for the record that commits with the effect (db.PendingAudit).
+func answersOnEffect(r *http.Request, status int) {
+	db.PendingAuditOf(r.Context()).AnswersOnEffect(status)
+}
+
 // outcomeWriter remembers the status of the answer and, for an error, its code, for the audit trail
-// (package audit). The record is written after the handler, before the answer leaves the server's
-// buffer: the hot routes' effects commit in groups (db.Ledger), and threading the record into those
-// transactions would tie every member's record to its group's fate; the records of concurrent
-// requests commit in groups of their own instead (docs/access.md).
+// (package audit): for the record of a request whose effect's transaction wrote none (a refusal, a
+// failure, a replay), written after the handler, before the answer leaves the server's buffer
+// (docs/access.md).
 type outcomeWriter struct {
 	http.ResponseWriter
 	status int

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/internal/access"
 	"github.com/onceledger/onceledger/internal/audit"
 )
@@ -16,7 +17,9 @@ import (
 // allocates nothing for it. A wrong key is logged with the address it came from and counts in the
 // throttle, which refuses with 429 the attempts of an address or key prefix that failed too often.
 // Every refusal, and every request that may change something (all but GET), is recorded in the audit
-// trail.
+// trail: a request that may change something carries its record pending in its context
+// (db.PendingAudit), which the operation committing its effect writes in that transaction; what no
+// transaction wrote (a refusal, a failure, a replay) is recorded after the handler.
 func requireAPIKey(keys access.Keys, throttle *access.Throttle, trail audit.Recorder) func(scope access.Scope, next http.Handler) http.Handler {
 	return func(scope access.Scope, next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,12 +47,21 @@ func requireAPIKey(keys access.Keys, throttle *access.Throttle, trail audit.Reco
 				next.ServeHTTP(w, r)
 				return
 			}
+			rec := audit.Of(r, "", key.Name, http.StatusOK, "ok")
+			ctx, pending := db.WithPendingAudit(r.Context(), rec)
 			ow := &outcomeWriter{ResponseWriter: w}
-			next.ServeHTTP(ow, r)
+			next.ServeHTTP(ow, r.WithContext(ctx))
+			if pending.Written() {
+				return
+			}
 			if ow.status == 0 {
 				ow.status = http.StatusOK
 			}
-			trail.Record(r, audit.Of(r, "", key.Name, ow.status, ow.outcome()))
+			rec.Status, rec.Outcome = ow.status, ow.outcome()
+			if rec.Status < 400 && pending.Replayed() {
+				rec.Outcome = "replay"
+			}
+			trail.Record(r, rec)
 		})
 	}
 }

@@ -118,6 +118,7 @@ func handlePostHold(d Deps) http.Handler {
 			}
 			hold.Feature = *req.Feature
 		}
+		answersOnEffect(r, http.StatusCreated)
 		out, err := d.Ledger.AuthoriseHoldGrouped(r.Context(), id, hold)
 		if err != nil {
 			return err

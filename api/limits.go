@@ -129,6 +129,7 @@ func handleDeleteLimit(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
+		answersOnEffect(r, http.StatusNoContent)
 		if err := db.DeleteLimit(r.Context(), d.Pool, accountID, limitID); err != nil {
 			return err
 		}

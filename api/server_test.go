@@ -49,6 +49,8 @@ type server struct {
 	t    *testing.T
 	url  string
 	pool *pgxpool.Pool
+	// handler is what the server serves, for requests sent to it in-process.
+	handler http.Handler
 }
 
 // newServer serves api.NewHandler on a fresh database with testAPIKey accepted; configure may change
@@ -75,9 +77,10 @@ func newServerWith(t *testing.T, pool *pgxpool.Pool, wire func(*Deps), configure
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d := WiredDeps(pool, cfg, log, db.LedgerConfig{})
 	wire(&d)
-	ts := httptest.NewServer(NewHandler(d))
+	h := NewHandler(d)
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	return &server{t: t, url: ts.URL, pool: pool}
+	return &server{t: t, url: ts.URL, pool: pool, handler: h}
 }
 
 // newPatientServer is newServer with a throttle that never refuses: for the tests that try many wrong

@@ -109,6 +109,8 @@ func handlePostTopup(d Deps) http.Handler {
 			// The first request is still calling Stripe, or failed to: ask again under the same
 			// idempotency key.
 		}
+		// The request's record commits with the session, which completes the order.
+		answersOnEffect(r, status)
 		params := &stripe.CheckoutSessionParams{
 			Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
 			SuccessURL:        req.SuccessURL,

@@ -33,41 +33,42 @@ type AccountCreated struct {
 // CreateAccount creates the account idempotently and, when grant > 0 and this call created it, posts
 // the signup grant under GrantKey in the same transaction. Concurrent or repeated calls collapse to one
 // account and one grant: the primary key decides which call creates, and the grant's key guards the
-// grant itself. An existing account with another currency is ErrCurrencyMismatch.
+// grant itself. An existing account with another currency is ErrCurrencyMismatch. The request's record
+// (PendingAudit) commits with the account this call created.
 func (l *Ledger) CreateAccount(ctx context.Context, id, currency string, grant int64) (AccountCreated, error) {
 	var out AccountCreated
-	err := InTx(ctx, l.pool, func(tx Tx) error {
+	err := InAuditedTx(ctx, l.pool, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
 		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency})
 		if isNoRows(err) {
 			existing, err := GetAccount(ctx, tx, id)
 			if err != nil {
-				return err
+				return false, err
 			}
 			out = AccountCreated{Account: existing}
 			if existing.Currency != currency {
-				return fmt.Errorf("%w: %s is %s, asked for %s", ErrCurrencyMismatch, id, existing.Currency, currency)
+				return false, fmt.Errorf("%w: %s is %s, asked for %s", ErrCurrencyMismatch, id, existing.Currency, currency)
 			}
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("create account %s: %w", id, MapError(err))
+			return false, fmt.Errorf("create account %s: %w", id, MapError(err))
 		}
 		out = AccountCreated{Account: Account(row), Created: true}
 		if grant <= 0 {
-			return nil
+			return true, nil
 		}
 		posted, err := l.Post(ctx, tx, Posting{
 			AccountID: id, Kind: KindGrant, Amount: grant, Description: "signup grant", DedupeKey: GrantKey(id),
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		out.Granted = posted.New
 		if posted.New {
 			out.Account.Balance = posted.Entry.BalanceAfter
 		}
-		return nil
+		return true, nil
 	})
 	return out, err
 }

@@ -12,14 +12,17 @@ import (
 )
 
 // StartConsoleSession records a logged-in console session: id is the SHA-256 of its cookie's token,
-// keyName the API key that logged in; it lasts at most lifetime.
-func StartConsoleSession(ctx context.Context, q Conn, id []byte, keyName string, lifetime time.Duration) error {
-	err := dbsqlc.New(q).ConsoleSessionsInsert(ctx, dbsqlc.ConsoleSessionsInsertParams{ID: id, KeyName: keyName,
-		LifetimeSeconds: lifetime.Seconds()})
-	if err != nil {
-		return fmt.Errorf("start a console session: %w", MapError(err))
-	}
-	return nil
+// keyName the API key that logged in; it lasts at most lifetime. The login's record (PendingAudit)
+// commits with it.
+func StartConsoleSession(ctx context.Context, b Beginner, id []byte, keyName string, lifetime time.Duration) error {
+	return InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
+		err := dbsqlc.New(tx).ConsoleSessionsInsert(ctx, dbsqlc.ConsoleSessionsInsertParams{ID: id, KeyName: keyName,
+			LifetimeSeconds: lifetime.Seconds()})
+		if err != nil {
+			return false, fmt.Errorf("start a console session: %w", MapError(err))
+		}
+		return true, nil
+	})
 }
 
 // TouchConsoleSession returns the key name of session id when it is alive (not revoked, not expired,
@@ -35,10 +38,13 @@ func TouchConsoleSession(ctx context.Context, q Conn, id []byte, idle time.Durat
 	return keyName, true, nil
 }
 
-// RevokeConsoleSession ends session id (a logout) on every replica.
-func RevokeConsoleSession(ctx context.Context, q Conn, id []byte) error {
-	if err := dbsqlc.New(q).ConsoleSessionsRevoke(ctx, id); err != nil {
-		return fmt.Errorf("revoke a console session: %w", MapError(err))
-	}
-	return nil
+// RevokeConsoleSession ends session id (a logout) on every replica. The logout's record (PendingAudit)
+// commits with it.
+func RevokeConsoleSession(ctx context.Context, b Beginner, id []byte) error {
+	return InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
+		if err := dbsqlc.New(tx).ConsoleSessionsRevoke(ctx, id); err != nil {
+			return false, fmt.Errorf("revoke a console session: %w", MapError(err))
+		}
+		return true, nil
+	})
 }

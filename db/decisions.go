@@ -34,8 +34,19 @@ type DecisionsStored struct {
 // StoreDecisions stores a batch in one statement, idempotently by decision id (decisions_pkey): the
 // first occurrence of an id in the batch is the one offered, and an id already stored is left as it
 // was. It then reads back what is stored for every id to tell a duplicate (same account, cost and
-// hold) from a conflict (another account, cost or hold), which is reported and never overwritten.
-func StoreDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsStored, error) {
+// hold) from a conflict (another account, cost or hold), which is reported and never overwritten. The
+// request's record (PendingAudit) commits with the decisions it stored; a batch that stored none is a
+// replay.
+func StoreDecisions(ctx context.Context, b Beginner, batch []Decision) (DecisionsStored, error) {
+	var out DecisionsStored
+	err := InAuditedTx(ctx, b, func(tx Tx) (changed bool, err error) {
+		out, err = storeDecisions(ctx, tx, batch)
+		return out.Accepted > 0, err
+	})
+	return out, err
+}
+
+func storeDecisions(ctx context.Context, q Conn, batch []Decision) (DecisionsStored, error) {
 	first := make(map[string]bool, len(batch))
 	var params dbsqlc.DecisionsInsertParams
 	for _, d := range batch {

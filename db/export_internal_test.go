@@ -65,9 +65,9 @@ var ErrPostAlone = errPostAlone
 func PostGroupPlannedOn(ctx context.Context, l *Ledger, postings []Posting, balance int64) ([]Posted, []error, int64, error) {
 	group := make([]*member, len(postings))
 	for i, p := range postings {
-		group[i] = &member{req: p}
+		group[i] = &member{req: p, ctx: ctx}
 	}
-	outcomes, left, err := l.postGroup(ctx, group, false, lastBalance{balance: balance, known: true})
+	outcomes, left, _, err := l.postGroup(ctx, group, false, lastBalance{balance: balance, known: true})
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -98,45 +98,51 @@ type HoldAuthorised struct {
 // hard limit's window would go past its cap), ErrDedupeConflict (the id is held with another amount),
 // ErrAccountNotFound.
 func AuthoriseHold(ctx context.Context, b Beginner, accountID string, req HoldRequest) (HoldAuthorised, error) {
+	return authoriseHold(ctx, b, PendingAuditOf(ctx), accountID, req)
+}
+
+// authoriseHold is AuthoriseHold for the request whose pending record is p: the hold it creates and
+// that record commit together.
+func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID string, req HoldRequest) (HoldAuthorised, error) {
 	var out HoldAuthorised
-	err := InTx(ctx, b, func(tx Tx) error {
+	err := inAuditedTx(ctx, b, p, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
 		if locked, err := lockAccounts(ctx, q, []string{accountID}); err != nil {
-			return err
+			return false, err
 		} else if len(locked) == 0 {
-			return fmt.Errorf("hold %s of %s: %w", req.ID, accountID, ErrAccountNotFound)
+			return false, fmt.Errorf("hold %s of %s: %w", req.ID, accountID, ErrAccountNotFound)
 		}
 		windows, err := openWindows(ctx, q, accountID)
 		if err != nil {
-			return err
+			return false, err
 		}
 		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}, windows))
 		if err != nil {
-			return fmt.Errorf("insert hold %s of %s: %w", req.ID, accountID, MapError(err))
+			return false, fmt.Errorf("insert hold %s of %s: %w", req.ID, accountID, MapError(err))
 		}
 		if len(rows) == 0 {
 			stored, err := GetHold(ctx, tx, accountID, req.ID)
 			if err != nil {
-				return err
+				return false, err
 			}
 			out = HoldAuthorised{Hold: stored}
 			if stored.Amount != req.Amount {
-				return fmt.Errorf("%w: hold %s of %s holds %d, asked for %d", ErrDedupeConflict, req.ID, accountID, stored.Amount, req.Amount)
+				return false, fmt.Errorf("%w: hold %s of %s holds %d, asked for %d", ErrDedupeConflict, req.ID, accountID, stored.Amount, req.Amount)
 			}
-			return nil
+			return false, nil
 		}
 		switch r := rows[0]; {
 		case !r.Reserved:
 			// The account is locked: the condition refused it.
-			return fmt.Errorf("hold %d on %s: %w", req.Amount, accountID, ErrInsufficientBalance)
+			return false, fmt.Errorf("hold %d on %s: %w", req.Amount, accountID, ErrInsufficientBalance)
 		case !r.WithinLimits:
 			if err := windows.refusal(req, nil); err != nil {
-				return err
+				return false, err
 			}
-			return fmt.Errorf("spend windows of %s: the limits that apply to hold %s are not the ones opened under the lock", accountID, req.ID)
+			return false, fmt.Errorf("spend windows of %s: the limits that apply to hold %s are not the ones opened under the lock", accountID, req.ID)
 		default:
 			out = HoldAuthorised{Hold: holdFromInserted(r), Created: true}
-			return nil
+			return true, nil
 		}
 	})
 	return out, err
@@ -240,10 +246,11 @@ func (l *Ledger) CaptureHold(ctx context.Context, accountID, holdID string, amou
 		out     HoldCapturedResult
 		refusal error // an answer that commits what the transaction did (an expiry)
 	)
-	err := InTx(ctx, l.pool, func(tx Tx) error {
+	// The request's record commits with a capture; an expiry this call commits is its refusal's.
+	err := InAuditedTx(ctx, l.pool, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
 		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
-			return err
+			return false, err
 		}
 		var asked *int64
 		if amount > 0 {
@@ -252,28 +259,28 @@ func (l *Ledger) CaptureHold(ctx context.Context, accountID, holdID string, amou
 		row, err := q.HoldsCapture(ctx, dbsqlc.HoldsCaptureParams{AccountID: accountID, ID: holdID, Amount: asked})
 		if isNoRows(err) {
 			out, refusal, err = l.notCaptured(ctx, q, accountID, holdID, amount)
-			return err
+			return false, err
 		}
 		if err != nil {
-			return fmt.Errorf("capture hold %s of %s: %w", holdID, accountID, MapError(err))
+			return false, fmt.Errorf("capture hold %s of %s: %w", holdID, accountID, MapError(err))
 		}
 		hold := holdFromRow(row)
 		if err := releaseHeld(ctx, q, hold); err != nil {
-			return err
+			return false, err
 		}
 		posted, err := l.Post(ctx, tx, Posting{
 			AccountID: accountID, Kind: KindUsage, Amount: -hold.CapturedAmount,
 			Description: "hold " + holdID, DedupeKey: HoldKey(accountID, holdID),
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !posted.New {
 			// The hold was held until this transaction, so nothing can have posted its key.
-			return fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, HoldKey(accountID, holdID))
+			return false, fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, HoldKey(accountID, holdID))
 		}
 		out = HoldCapturedResult{Hold: hold, Entry: posted.Entry, Posted: true}
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return HoldCapturedResult{}, err
@@ -328,10 +335,11 @@ func VoidHold(ctx context.Context, b Beginner, accountID, holdID string) (Hold, 
 		out     Hold
 		refusal error
 	)
-	err := InTx(ctx, b, func(tx Tx) error {
+	// The request's record commits with a void; an expiry this call commits is its refusal's.
+	err := InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
 		if err := lockHoldAccount(ctx, q, accountID, holdID); err != nil {
-			return err
+			return false, err
 		}
 		hold, err := resolveHeld(ctx, q, accountID, holdID)
 		if errors.Is(err, errNotHeld) {
@@ -340,13 +348,13 @@ func VoidHold(ctx context.Context, b Beginner, accountID, holdID string) (Hold, 
 			if err == nil && out.Status != HoldVoided {
 				refusal = resolvedErr(out)
 			}
-			return err
+			return false, err
 		}
 		out = hold
 		if err == nil && hold.Status == HoldExpired {
 			refusal = resolvedErr(hold)
 		}
-		return err
+		return refusal == nil, err
 	})
 	if err != nil {
 		return Hold{}, err
@@ -602,17 +610,21 @@ func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
 		}
 	}
 	for _, m := range group {
-		m.reply(AuthoriseHold(ctx, l.pool, account, m.req))
+		m.reply(authoriseHold(ctx, l.pool, PendingAuditOf(m.ctx), account, m.req))
 	}
 }
 
 // authoriseGroup runs one group in one transaction and, once it committed, answers every member.
 // With readIDs, the group's stored holds are read first, so that replays and conflicts are planned as
 // such; without, every id is assumed new and a taken one (HoldsInsertGroup returns no row for it) rolls
-// the group back with errRegroup. Skipping the read keeps the common case at three statements: the
-// account's lock, its spend windows opened, then the insert with its reservations.
+// the group back with errRegroup. Skipping the read keeps the common case at four statements: the
+// account's lock, its spend windows opened, the insert with its reservations, then the records of the
+// requests whose holds it inserted (PendingAudit), in one statement.
 func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*authMember, readIDs bool) error {
-	var answers []groupAnswer[HoldAuthorised]
+	var (
+		answers []groupAnswer[HoldAuthorised]
+		audited []*PendingAudit
+	)
 	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
 		rows, err := q.AccountsLock(ctx, []string{account})
@@ -674,12 +686,21 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 		for i, first := range plan.duplicateOf {
 			answers[i] = settledHold(answers[first].ans.Hold, group[i].req, account)
 		}
-		return nil
+		effects := make([]*PendingAudit, len(plan.admit))
+		for k, i := range plan.admit {
+			effects[k] = PendingAuditOf(group[i].ctx)
+		}
+		audited, err = recordEffects(ctx, tx, effects...)
+		return err
 	})
 	if err != nil {
 		return err
 	}
+	markWritten(audited)
 	for i, m := range group {
+		if a := answers[i]; a.err == nil && !a.ans.Created {
+			PendingAuditOf(m.ctx).markReplay()
+		}
 		m.reply(answers[i].ans, answers[i].err)
 	}
 	return nil

@@ -131,31 +131,36 @@ type LimitDefinition struct {
 }
 
 // PutLimit creates the account's limit, or replaces its definition keeping what its windows counted.
-// Errors: ErrAccountNotFound.
-func PutLimit(ctx context.Context, q Conn, accountID, limitID string, d LimitDefinition) error {
+// Errors: ErrAccountNotFound. The request's record (PendingAudit) commits with the limit.
+func PutLimit(ctx context.Context, b Beginner, accountID, limitID string, d LimitDefinition) error {
 	var value *string
 	if d.ScopeValue != "" {
 		value = &d.ScopeValue
 	}
-	_, err := dbsqlc.New(q).SpendLimitsPut(ctx, dbsqlc.SpendLimitsPutParams{
-		AccountID: accountID, ID: limitID, Scope: d.Scope, ScopeValue: value, Period: d.Period, Amount: d.Amount, Mode: d.Mode,
+	return InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
+		_, err := dbsqlc.New(tx).SpendLimitsPut(ctx, dbsqlc.SpendLimitsPutParams{
+			AccountID: accountID, ID: limitID, Scope: d.Scope, ScopeValue: value, Period: d.Period, Amount: d.Amount, Mode: d.Mode,
+		})
+		if err != nil {
+			return false, fmt.Errorf("put limit %s of %s: %w", limitID, accountID, MapError(err))
+		}
+		return true, nil
 	})
-	if err != nil {
-		return fmt.Errorf("put limit %s of %s: %w", limitID, accountID, MapError(err))
-	}
-	return nil
 }
 
-// DeleteLimit deletes the account's limit and its windows. Errors: ErrLimitNotFound.
-func DeleteLimit(ctx context.Context, q Conn, accountID, limitID string) error {
-	n, err := dbsqlc.New(q).SpendLimitsDelete(ctx, dbsqlc.SpendLimitsDeleteParams{AccountID: accountID, ID: limitID})
-	if err != nil {
-		return fmt.Errorf("delete limit %s of %s: %w", limitID, accountID, MapError(err))
-	}
-	if n == 0 {
-		return fmt.Errorf("limit %s of %s: %w", limitID, accountID, ErrLimitNotFound)
-	}
-	return nil
+// DeleteLimit deletes the account's limit and its windows. Errors: ErrLimitNotFound. The request's
+// record (PendingAudit) commits with the deletion.
+func DeleteLimit(ctx context.Context, b Beginner, accountID, limitID string) error {
+	return InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
+		n, err := dbsqlc.New(tx).SpendLimitsDelete(ctx, dbsqlc.SpendLimitsDeleteParams{AccountID: accountID, ID: limitID})
+		if err != nil {
+			return false, fmt.Errorf("delete limit %s of %s: %w", limitID, accountID, MapError(err))
+		}
+		if n == 0 {
+			return false, fmt.Errorf("limit %s of %s: %w", limitID, accountID, ErrLimitNotFound)
+		}
+		return true, nil
+	})
 }
 
 // Limits returns the account's limits by id, each with its current window.

@@ -131,27 +131,29 @@ type LotVoided struct {
 // VoidLot voids a lot: in one transaction, after locking its account, a void entry keyed void:{lot_id}
 // takes what is left of it and ledger_lots closes it (a lot with nothing left is closed without an
 // entry). Voiding a closed lot changes nothing (Posted=false). ErrLotNotFound when there is no such lot.
+// The request's record (PendingAudit) commits with the void that closed the lot.
 func (l *Ledger) VoidLot(ctx context.Context, lotID int64) (LotVoided, error) {
 	var out LotVoided
-	err := InTx(ctx, l.pool, func(tx Tx) error {
+	err := InAuditedTx(ctx, l.pool, func(tx Tx) (bool, error) {
 		out = LotVoided{}
 		lot, err := GetLot(ctx, tx, lotID)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if _, err := lockAccounts(ctx, dbsqlc.New(tx), []string{lot.AccountID}); err != nil {
-			return err
+			return false, err
 		}
 		// Read again under the lock: what is left now.
 		if lot, err = lotOfAccount(ctx, tx, lot.AccountID, lotID); err != nil {
-			return err
+			return false, err
 		}
+		closing := lot.ClosedAt == nil
 		switch {
-		case lot.ClosedAt != nil:
+		case !closing:
 		case lot.Remaining == 0:
 			_, err := dbsqlc.New(tx).CreditLotsClose(ctx, dbsqlc.CreditLotsCloseParams{AccountID: lot.AccountID, ID: lot.ID})
 			if err != nil {
-				return fmt.Errorf("close lot %d: %w", lot.ID, MapError(err))
+				return false, fmt.Errorf("close lot %d: %w", lot.ID, MapError(err))
 			}
 		default:
 			posted, err := l.Post(ctx, tx, Posting{
@@ -159,12 +161,12 @@ func (l *Ledger) VoidLot(ctx context.Context, lotID int64) (LotVoided, error) {
 				Description: "lot " + strconv.FormatInt(lot.ID, 10) + " voided", DedupeKey: VoidKey(lot.ID), LotID: lot.ID,
 			})
 			if err != nil {
-				return err
+				return false, err
 			}
 			out.Posted, out.Entry = posted.New, posted.Entry
 		}
 		out.Lot, err = lotOfAccount(ctx, tx, lot.AccountID, lotID)
-		return err
+		return closing, err
 	})
 	return out, err
 }

@@ -19,7 +19,8 @@ import (
 // postings of one account for a few milliseconds and commits them in ONE transaction, through the one
 // road (LedgerAppend). While an account is busy, each group is planned on the balance its previous group
 // left, and its append (which locks and inserts only if the balance is still that) is sent with BEGIN:
-// two round trips with COMMIT. A group without such a balance (the first of a busy spell, or one after a
+// two round trips with COMMIT, and one more for the audit records of the requests it posted (their
+// PendingAudit, one statement for the group). A group without such a balance (the first of a busy spell, or one after a
 // group that failed or posted alone) locks the row and reads the balance first; one whose append found
 // the balance moved (another path or process posted meanwhile) locks it then, and is planned again in the
 // same transaction.
@@ -38,7 +39,8 @@ import (
 // invalid amount, a missing account, an OnPosted error) is resolved by posting its members one
 // transaction each, so that each gets the answer its own transaction would have given. When ctx ends
 // before the group took p, nothing is posted and ctx's error is returned; once taken, p's outcome is
-// awaited, as a commit cannot be called back.
+// awaited, as a commit cannot be called back. The record pending in ctx (PendingAudit) commits with
+// p's entry, in whichever transaction posts it.
 //
 // Grouping is per process: postings of one account through two processes still serialise on the row
 // lock, each group as one transaction, which is correct and only slower.
@@ -106,11 +108,12 @@ func (l *Ledger) commitPostings(_ string, last *lastBalance, group []*member) {
 	var (
 		outcomes []outcome
 		balance  int64
+		audited  []*PendingAudit
 		err      error
 		readKeys bool // the first attempt assumes every key is new, the common case
 	)
 	for range regroupAttempts {
-		outcomes, balance, err = l.postGroup(ctx, group, readKeys, from)
+		outcomes, balance, audited, err = l.postGroup(ctx, group, readKeys, from)
 		// A retry locks the row and reads the balance first.
 		from = lastBalance{}
 		if errors.Is(err, errRegroup) {
@@ -124,11 +127,15 @@ func (l *Ledger) commitPostings(_ string, last *lastBalance, group []*member) {
 	switch {
 	case err == nil:
 		*last = lastBalance{balance: balance, known: true}
+		markWritten(audited)
 		for i, m := range group {
 			// Inserted entries were counted by inserted; replays and conflicts settled in the group are
 			// counted here, as Post counts them.
 			if o := outcomes[i]; !o.ans.New {
 				l.observeTaken(m.req.Kind, o.err)
+				if o.err == nil {
+					PendingAuditOf(m.ctx).markReplay()
+				}
 			}
 			m.answer <- outcomes[i]
 		}
@@ -153,13 +160,14 @@ func restores(m *member) bool {
 	return m.req.Kind == KindRefundRestore || m.req.Kind == KindDisputeWon
 }
 
-// postAlone is the plain path: one transaction, one Post.
+// postAlone is the plain path: one transaction, one Post, and the record of the member's request when
+// it posted.
 func (l *Ledger) postAlone(ctx context.Context, m *member) {
 	var out Posted
-	err := InTx(ctx, l.pool, func(tx Tx) error {
+	err := inAuditedTx(ctx, l.pool, PendingAuditOf(m.ctx), func(tx Tx) (bool, error) {
 		var err error
 		out, err = l.Post(ctx, tx, m.req)
-		return err
+		return out.New, err
 	})
 	m.answer <- outcome{ans: out, err: err}
 }
@@ -172,8 +180,9 @@ func lostLockRace(err error) bool {
 		(pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
 }
 
-// postGroup runs one group in one transaction and returns each member's outcome, in group order, and
-// the balance the group left. With from known, the group is planned on that balance and its append is
+// postGroup runs one group in one transaction and returns each member's outcome, in group order, the
+// balance the group left, and the pending records (PendingAudit) of the members it posted, appended in
+// one statement before the commit. With from known, the group is planned on that balance and its append is
 // sent with BEGIN, in one round trip; when the append returns no row (the balance is no longer from, the
 // account is gone, or every key it meant to insert was taken), the row is locked and the group planned
 // again in the same transaction. Without from, BEGIN and the lock go in one round trip, then the plan
@@ -181,7 +190,7 @@ func lostLockRace(err error) bool {
 // that replays and conflicts are planned as such; without, every key is assumed new and a taken one
 // (left out by the append) rolls the group back with errRegroup. Skipping the read keeps the common case
 // at one statement per step.
-func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, error) {
+func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, []*PendingAudit, error) {
 	account := group[0].req.AccountID
 	var (
 		plan    groupPlan
@@ -209,7 +218,7 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	}
 	tx, _, err := beginPipelined(ctx, l.pool, 0, []step{first})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	committing := false
 	defer func() {
@@ -228,13 +237,13 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	}
 	if !onLast {
 		if errors.Is(stmtErr, errNoAccount) {
-			return nil, 0, errPostAlone
+			return nil, 0, nil, errPostAlone
 		}
 		if stmtErr != nil {
-			return nil, 0, fmt.Errorf("lock account %s: %w", account, stmtErr)
+			return nil, 0, nil, fmt.Errorf("lock account %s: %w", account, stmtErr)
 		}
 		if plan, err = planLocked(ctx, q, group, readKeys, start); err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		rows, stmtErr = nil, nil
 		if len(plan.insert) > 0 {
@@ -243,10 +252,10 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	}
 	entries, inserted, err := groupEntries(group, plan.insert, rows, stmtErr)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if n := len(inserted); n > 0 && inserted[n-1].BalanceAfter != plan.balance {
-		return nil, 0, fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, inserted[n-1].BalanceAfter, plan.balance)
+		return nil, 0, nil, fmt.Errorf("balance of %s moved under the group's lock: %d, expected %d", account, inserted[n-1].BalanceAfter, plan.balance)
 	}
 
 	outcomes := plan.outcomes
@@ -257,13 +266,21 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		outcomes[i] = settled(replayOrConflict(outcomes[first].ans.Entry, group[i].req))
 	}
 	if err := l.inserted(ctx, tx, entries); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
+	}
+	effects := make([]*PendingAudit, len(plan.insert))
+	for k, i := range plan.insert {
+		effects[k] = PendingAuditOf(group[i].ctx)
+	}
+	audited, err := recordEffects(ctx, tx, effects...)
+	if err != nil {
+		return nil, 0, nil, err
 	}
 	committing = true
 	if err := endPipelined(ctx, tx, true); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	return outcomes, plan.balance, nil
+	return outcomes, plan.balance, audited, nil
 }
 
 // errNoAccount: the account to lock does not exist.

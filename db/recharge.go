@@ -98,7 +98,8 @@ func GetAutomation(ctx context.Context, q Conn, accountID string) (Automation, e
 // SetRecharge sets auto-recharge, and moves the recharge status the settings change (one
 // recharge.status_changed), in one transaction. Enabling needs a saved card: ErrPaymentMethodRequired
 // without one (decided on the locked row), ErrNotFound without the account. Enabling what the failure
-// ladder stopped clears why and starts a new episode.
+// ladder stopped clears why and starts a new episode. The request's record (PendingAudit) commits with
+// the settings.
 func SetRecharge(ctx context.Context, b Beginner, accountID string, s RechargeSettings) (Automation, error) {
 	p := dbsqlc.AccountsSetRechargeParams{
 		ID: accountID, Enabled: s.Enabled, Threshold: s.Threshold, Amount: s.Amount, Mode: s.Mode, Target: s.Target,
@@ -111,20 +112,20 @@ func SetRecharge(ctx context.Context, b Beginner, accountID string, s RechargeSe
 		p.BudgetAmount, p.BudgetCount, p.BudgetPeriod = s.Budget.Amount, s.Budget.Count, &s.Budget.Period
 	}
 	var saved Automation
-	err := InTx(ctx, b, func(tx Tx) error {
+	err := InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
 		r, err := q.AccountsSetRecharge(ctx, p)
 		if isNoRows(err) {
 			if _, err := GetAccount(ctx, tx, accountID); err != nil {
-				return err
+				return false, err
 			}
-			return fmt.Errorf("enable recharge of %s: %w", accountID, ErrPaymentMethodRequired)
+			return false, fmt.Errorf("enable recharge of %s: %w", accountID, ErrPaymentMethodRequired)
 		}
 		if err != nil {
-			return fmt.Errorf("set recharge of %s: %w", accountID, MapError(err))
+			return false, fmt.Errorf("set recharge of %s: %w", accountID, MapError(err))
 		}
 		saved = automationFrom(dbsqlc.AccountsGetAutomationRow(r))
-		return syncRechargeStatus(ctx, q, accountID, StatusChangedBySettings)
+		return true, syncRechargeStatus(ctx, q, accountID, StatusChangedBySettings)
 	})
 	return saved, err
 }
@@ -241,16 +242,22 @@ func optionalTime(v any) *time.Time {
 	return nil
 }
 
-// SetLowBalanceAlert sets the alert threshold (nil: no alerts), or ErrNotFound.
-func SetLowBalanceAlert(ctx context.Context, q Conn, accountID string, threshold *int64) (Automation, error) {
-	r, err := dbsqlc.New(q).AccountsSetAlerts(ctx, dbsqlc.AccountsSetAlertsParams{ID: accountID, LowBalanceAlert: threshold})
-	if isNoRows(err) {
-		return Automation{}, fmt.Errorf("account %s: %w", accountID, ErrNotFound)
-	}
-	if err != nil {
-		return Automation{}, fmt.Errorf("set alerts of %s: %w", accountID, MapError(err))
-	}
-	return automationFrom(dbsqlc.AccountsGetAutomationRow(r)), nil
+// SetLowBalanceAlert sets the alert threshold (nil: no alerts), or ErrNotFound. The request's record
+// (PendingAudit) commits with it.
+func SetLowBalanceAlert(ctx context.Context, b Beginner, accountID string, threshold *int64) (Automation, error) {
+	var saved Automation
+	err := InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
+		r, err := dbsqlc.New(tx).AccountsSetAlerts(ctx, dbsqlc.AccountsSetAlertsParams{ID: accountID, LowBalanceAlert: threshold})
+		if isNoRows(err) {
+			return false, fmt.Errorf("account %s: %w", accountID, ErrNotFound)
+		}
+		if err != nil {
+			return false, fmt.Errorf("set alerts of %s: %w", accountID, MapError(err))
+		}
+		saved = automationFrom(dbsqlc.AccountsGetAutomationRow(r))
+		return true, nil
+	})
+	return saved, err
 }
 
 // SetStripeCustomer records the account's Stripe customer unless it already has one.

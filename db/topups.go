@@ -58,7 +58,8 @@ func topupOrNotFound(r dbsqlc.Topup, err error, what string) (Topup, error) {
 // IdempotencyKey with RequestFingerprint when the caller sent a key) before its Checkout Session is
 // created. When the account already has an order under that key (topups_idempotency_key), that order is
 // returned with created false: the same fingerprint is a retry of it, another one
-// ErrDedupeConflict. ErrAccountNotFound when the account does not exist (topups_account_fk).
+// ErrDedupeConflict. ErrAccountNotFound when the account does not exist (topups_account_fk). A retry
+// makes the request a replay (PendingAudit), unless it goes on to attach the order's session.
 func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (order Topup, created bool, err error) {
 	queries := dbsqlc.New(q)
 	r, err := queries.TopupsInsertPending(ctx, dbsqlc.TopupsInsertPendingParams{
@@ -82,16 +83,24 @@ func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (order Topup, crea
 	if order.RequestFingerprint != t.RequestFingerprint {
 		return Topup{}, false, fmt.Errorf("%w: Idempotency-Key %q was used for another top-up request", ErrDedupeConflict, t.IdempotencyKey)
 	}
+	PendingAuditOf(ctx).markReplay()
 	return order, false, nil
 }
 
 // SetTopupSession attaches the Checkout Session created for a pending order; attaching the same
 // session again is a no-op. ErrNotFound when the order does not exist or already has another session.
-func SetTopupSession(ctx context.Context, q Conn, id, sessionID, checkoutURL string) (Topup, error) {
-	r, err := dbsqlc.New(q).TopupsSetSession(ctx, dbsqlc.TopupsSetSessionParams{
-		ID: id, SessionID: sessionID, CheckoutURL: &checkoutURL,
+// The request's record (PendingAudit) commits with the session, which completes the order the request
+// asked for.
+func SetTopupSession(ctx context.Context, b Beginner, id, sessionID, checkoutURL string) (Topup, error) {
+	var order Topup
+	err := InAuditedTx(ctx, b, func(tx Tx) (bool, error) {
+		r, err := dbsqlc.New(tx).TopupsSetSession(ctx, dbsqlc.TopupsSetSessionParams{
+			ID: id, SessionID: sessionID, CheckoutURL: &checkoutURL,
+		})
+		order, err = topupOrNotFound(r, err, "order "+id+" without a session")
+		return err == nil, err
 	})
-	return topupOrNotFound(r, err, "order "+id+" without a session")
+	return order, err
 }
 
 // GetTopup returns the order, or ErrNotFound.

@@ -1,6 +1,7 @@
-// Package audit records requests in the audit trail (db.AuditTrail, migration 000021): the API's
-// mutating and refused requests and the console's actions, with the key's name, the route, the ids it
-// named and how it ended.
+// Package audit records requests in the audit trail (migration 000021): the API's mutating and refused
+// requests and the console's actions, with the key's name, the route, the ids it named and how it
+// ended. A request that commits an effect has its record written in that transaction
+// (db.PendingAudit); Record writes the others, after the answer (db.AuditTrail).
 package audit
 
 import (
@@ -60,8 +61,9 @@ func text(s string) string {
 	return s[:cut]
 }
 
-// Record writes rec once committed (with the records of concurrent requests, in groups). A record
-// that cannot be written is logged: the request's effect, if any, is committed already.
+// Record writes rec once committed (with the records of concurrent requests, in groups): the record of
+// a request whose effect's transaction wrote none (db.PendingAudit), a refusal, a failure or a replay.
+// A record that cannot be written is logged.
 func (a Recorder) Record(r *http.Request, rec db.AuditRecord) {
 	if a.Trail == nil {
 		return // no database (the router's own tests): nothing to record into

@@ -10,7 +10,6 @@
 package console
 
 import (
-	"context"
 	"embed"
 	"errors"
 	"html/template"
@@ -147,11 +146,7 @@ func (c *Console) checkCSRF(next http.Handler) http.Handler {
 				return
 			}
 			if r.URL.Path != "/console/login" { // the login records itself: it knows the key
-				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-				next.ServeHTTP(sw, r)
-				if !sw.recorded {
-					c.record(r, sess.keyName, sw.status, outcome(sw.status))
-				}
+				c.recordAction(w, r, sess.keyName, next)
 				return
 			}
 		}
@@ -159,25 +154,24 @@ func (c *Console) checkCSRF(next http.Handler) http.Handler {
 	})
 }
 
-// statusWriter remembers the status of the answer, for the audit trail; recorded says the action
-// wrote its record itself, in the transaction of its effect (recordedWith).
-type statusWriter struct {
-	http.ResponseWriter
-	status   int
-	written  bool
-	recorded bool
+// recordAction runs the action next with its record pending (db.PendingAudit) under keyName: an
+// action that commits an effect (a replay, a review, a logout) writes it in that transaction, answered
+// with its redirect (POST, redirect, GET); any other answer (a failure, a dry run, which commits
+// nothing) is recorded after it, with its status.
+func (c *Console) recordAction(w http.ResponseWriter, r *http.Request, keyName string, next http.Handler) {
+	ctx, pending := db.WithPendingAudit(r.Context(), audit.Of(r, "console ", keyName, http.StatusSeeOther, "ok"))
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	next.ServeHTTP(sw, r.WithContext(ctx))
+	if !pending.Written() {
+		c.record(r, keyName, sw.status, outcome(sw.status))
+	}
 }
 
-// recordedWith appends the record of the action answered on w, with status and "ok", in tx: the
-// transaction of its effect. The audit middleware then records nothing more.
-func (c *Console) recordedWith(ctx context.Context, tx db.Tx, w http.ResponseWriter, r *http.Request, keyName string, status int) error {
-	if err := db.RecordAudit(ctx, tx, audit.Of(r, "console ", keyName, status, "ok")); err != nil {
-		return err
-	}
-	if sw, ok := w.(*statusWriter); ok {
-		sw.recorded = true
-	}
-	return nil
+// statusWriter remembers the status of the answer, for the audit trail.
+type statusWriter struct {
+	http.ResponseWriter
+	status  int
+	written bool
 }
 
 func (w *statusWriter) WriteHeader(status int) {

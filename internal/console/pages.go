@@ -95,11 +95,13 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) error {
 			Error: "That key lacks the operate scope the console needs."})
 		return nil
 	}
-	if err := c.sessions.logIn(r.Context(), w, r, key.Name); err != nil {
+	// The login's record commits with its session.
+	ctx, _ := db.WithPendingAudit(r.Context(), audit.Of(r, "console ", key.Name, http.StatusSeeOther, "ok"))
+	if err := c.sessions.logIn(ctx, w, r, key.Name); err != nil {
+		c.record(r, key.Name, http.StatusInternalServerError, outcome(http.StatusInternalServerError))
 		return err
 	}
 	c.Log.InfoContext(r.Context(), "console login", "key", key.Name, "remote", addr)
-	c.record(r, key.Name, http.StatusSeeOther, "ok")
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 	return nil
 }
@@ -323,7 +325,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) error {
 }
 
 // review marks a parked event as looked at by the logged-in key, so that verify names it instead of
-// reporting the event; its audit record is written in the review's transaction.
+// reporting the event; its audit record is written in the review's transaction (db.InAuditedTx).
 func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
@@ -331,11 +333,9 @@ func (c *Console) review(w http.ResponseWriter, r *http.Request) error {
 	}
 	sess, _ := sessionOf(r) // RequireLogin found it
 	var reviewed bool
-	err = db.InTx(r.Context(), c.Pool, func(tx db.Tx) (err error) {
-		if reviewed, err = db.MarkReviewed(r.Context(), tx, id, sess.keyName); err != nil || !reviewed {
-			return err
-		}
-		return c.recordedWith(r.Context(), tx, w, r, sess.keyName, http.StatusSeeOther)
+	err = db.InAuditedTx(r.Context(), c.Pool, func(tx db.Tx) (_ bool, err error) {
+		reviewed, err = db.MarkReviewed(r.Context(), tx, id, sess.keyName)
+		return reviewed, err
 	})
 	if err != nil {
 		return err

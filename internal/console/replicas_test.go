@@ -141,3 +141,49 @@ func TestConsoleLoginIsThrottled(t *testing.T) {
 		t.Fatalf("%d refused logins in the audit trail (%v), want 1000", audited, err)
 	}
 }
+
+// A console action's record commits with its effect: a replay whose record fails changes nothing and
+// leaves no record; one that commits has exactly one, written with it, as the login has.
+func TestConsoleReplayRecordCommitsWithIt(t *testing.T) {
+	t.Parallel()
+	s := newConsoleServer(t)
+	ctx := context.Background()
+	s.deliver(refundEvent("evt_audit_replay", "re_audit_replay", "pi_audit_replay", 100))
+	c := newClient(t, s.url, &http.Client{})
+	token := c.csrfToken("/console/login")
+	wantStatus(t, c.send(http.MethodPost, "/console/login", url.Values{"key": {opsKey}, "csrf_token": {token}}), http.StatusSeeOther, "/console/")
+	records := func(action string) int {
+		t.Helper()
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_log
+			WHERE key_name = 'ops' AND action = $1 AND status = 303 AND outcome = 'ok'`, action).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := records("console POST /console/login"); n != 1 {
+		t.Fatalf("%d records of the login, want 1", n)
+	}
+
+	const replay = "console POST /console/events/{id}/replay"
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE audit_log ADD CONSTRAINT audit_log_test_refused CHECK (action <> '`+replay+`')`); err != nil {
+		t.Fatal(err)
+	}
+	before := s.event("evt_audit_replay").OutcomeAt
+	token = c.csrfToken("/console/events/evt_audit_replay")
+	if resp := c.send(http.MethodPost, "/console/events/evt_audit_replay/replay", url.Values{"csrf_token": {token}}); resp.StatusCode == http.StatusSeeOther {
+		t.Fatal("the replay committed, yet its record was refused")
+	}
+	if after := s.event("evt_audit_replay").OutcomeAt; !after.Equal(before) || records(replay) != 0 {
+		t.Fatalf("after a failed record: outcome recorded at %v (was %v), %d records; want neither", after, before, records(replay))
+	}
+
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE audit_log DROP CONSTRAINT audit_log_test_refused`); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, c.send(http.MethodPost, "/console/events/evt_audit_replay/replay", url.Values{"csrf_token": {token}}),
+		http.StatusSeeOther, "/console/events/evt_audit_replay?done=replayed")
+	if after := s.event("evt_audit_replay").OutcomeAt; !after.After(before) || records(replay) != 1 {
+		t.Fatalf("after the replay: outcome recorded at %v (was %v), %d records; want a later one, and 1", after, before, records(replay))
+	}
+}

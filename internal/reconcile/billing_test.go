@@ -44,7 +44,7 @@ func seedDecisions(tb testing.TB, pool *pgxpool.Pool, from, n, accounts int) {
 
 // store stores decisions as the intake does (db.StoreDecisions: on Citus, each id claimed across
 // accounts), in q, failing unless every one is new.
-func store(tb testing.TB, q db.Conn, decisions ...db.Decision) {
+func store(tb testing.TB, q db.Beginner, decisions ...db.Decision) {
 	tb.Helper()
 	for i := range decisions {
 		if decisions[i].OccurredAt.IsZero() {

@@ -235,9 +235,10 @@ func (p *Processor) DryRun(ctx context.Context, eventID string) (DryRun, error) 
 // errRolledBack ends a dry run's transaction: InTx rolls back on any error.
 var errRolledBack = errors.New("dry run: rolled back")
 
-// reapply applies a stored event again and records its outcome in one transaction. finish, when set,
-// runs last in that transaction; the transaction commits only when there is none, and a dry run's
-// finish ends it with errRolledBack.
+// reapply applies a stored event again and records its outcome in one transaction, with the record of
+// the request that asked for it (db.PendingAudit: the console's replay). finish, when set, runs last in
+// that transaction; the transaction commits only when there is none, and a dry run's finish ends it
+// with errRolledBack.
 func (p *Processor) reapply(ctx context.Context, eventID string, finish func(tx db.Tx) error) (event, outcome, error) {
 	stored, err := db.GetEvent(ctx, p.Pool, eventID)
 	if err != nil {
@@ -252,23 +253,23 @@ func (p *Processor) reapply(ctx context.Context, eventID string, finish func(tx 
 		return event{}, outcome{}, err
 	}
 	var out outcome
-	err = db.InTx(ctx, p.Pool, func(tx db.Tx) error {
+	err = db.InAuditedTx(ctx, p.Pool, func(tx db.Tx) (bool, error) {
 		ctx, span := p.Tracing.Start(ctx, "stripe_event.effect")
 		defer span.End()
 		// Locked so that a top-up un-parking this event at the same time skips it.
 		if err := db.LockEvent(ctx, tx, eventID); err != nil {
-			return err
+			return false, err
 		}
 		if out, err = p.apply(ctx, tx, ev, f); err != nil {
-			return err
+			return false, err
 		}
 		if err := setOutcome(ctx, tx, ev.ID, out); err != nil {
-			return err
+			return false, err
 		}
 		if finish != nil {
-			return finish(tx)
+			return false, finish(tx)
 		}
-		return nil
+		return true, nil
 	})
 	if err != nil && !errors.Is(err, errRolledBack) {
 		return event{}, outcome{}, fmt.Errorf("replay %s (%s): %w", ev.ID, ev.Type, err)
