@@ -124,10 +124,11 @@ var (
 )
 
 // checkViolated returns the name of the CHECK constraint err violated ("" for none), as the server named
-// it, or on Citus as the shard's message does.
+// it, or on Citus as the shard's message does (Citus relays a shard's violation as an internal error,
+// without the constraint's name).
 func checkViolated(err error) string {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.CheckViolation {
+	if !errors.As(err, &pgErr) || (pgErr.Code != pgerrcode.CheckViolation && pgErr.Code != pgerrcode.InternalError) {
 		return ""
 	}
 	name := pgErr.ConstraintName
