@@ -80,6 +80,10 @@ type entryJSON struct {
 	CreatedAt     time.Time `json:"created_at"`
 	Seq           int64     `json:"seq"`
 	BalanceAfter  int64     `json:"balance_after"`
+	// Subject and Feature: who spent and on what, for the entry of a hold or a decision (or an adjustment
+	// that named them); absent when none.
+	Subject string `json:"subject,omitempty"`
+	Feature string `json:"feature,omitempty"`
 	// Draws are the lots a debit drew from (the entries list only).
 	Draws []drawJSON `json:"draws,omitempty"`
 }
@@ -88,7 +92,7 @@ func entryOut(e db.Entry) entryJSON {
 	return entryJSON{
 		ID: e.ID, AccountID: e.AccountID, Kind: e.Kind, Amount: e.Amount, Description: e.Description,
 		DedupeKey: orNull(e.DedupeKey), PaymentIntent: orNull(e.PaymentIntent), CreatedAt: e.CreatedAt,
-		Seq: e.Seq, BalanceAfter: e.BalanceAfter,
+		Seq: e.Seq, BalanceAfter: e.BalanceAfter, Subject: e.Subject, Feature: e.Feature,
 	}
 }
 

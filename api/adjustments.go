@@ -31,9 +31,9 @@ func postAdjustment(ctx context.Context, d Deps, p db.Posting) (db.Posted, error
 }
 
 // handlePostAdjustment posts an operator adjustment once per Idempotency-Key. A replay with the same
-// amount and description answers 200 with the original entry; anything different under the same key
-// is 409 idempotency_conflict; a debit the balance does not cover is 409 insufficient_balance, refused
-// by the conditional balance update, not by an earlier read.
+// amount, description, subject and feature answers 200 with the original entry; anything different under
+// the same key is 409 idempotency_conflict; a debit the balance does not cover is 409
+// insufficient_balance, refused by the conditional balance update, not by an earlier read.
 func handlePostAdjustment(d Deps) http.Handler {
 	type request struct {
 		Amount      *int64  `json:"amount"`
@@ -42,6 +42,9 @@ func handlePostAdjustment(d Deps) http.Handler {
 		Category  *string    `json:"category"`
 		Priority  *int       `json:"priority"`
 		ExpiresAt *time.Time `json:"expires_at"`
+		// Who and what the adjustment is for, stored on its entry (e.g. a credit back for one agent's run).
+		Subject *string `json:"subject"`
+		Feature *string `json:"feature"`
 	}
 	type response struct {
 		Posted bool      `json:"posted"`
@@ -89,6 +92,9 @@ func handlePostAdjustment(d Deps) http.Handler {
 			AccountID: id, Kind: db.KindAdjustment, Amount: *req.Amount, Description: description,
 			DedupeKey: adjustmentKey(id, key), NoOverdraw: true,
 		}
+		if posting.Subject, posting.Feature, err = spentBy(req.Subject, req.Feature); err != nil {
+			return err
+		}
 		if *req.Amount > 0 {
 			// The lot the credit makes travels with it (default: promotional, 50, never).
 			posting.Lot = &terms
@@ -99,9 +105,10 @@ func handlePostAdjustment(d Deps) http.Handler {
 			return err
 		}
 		if !posted.New {
-			// The ledger compares account, kind and amount; the description is part of the request too.
-			if posted.Entry.Description != description {
-				return fmt.Errorf("%w: Idempotency-Key %q was used with another description", db.ErrDedupeConflict, key)
+			// The ledger compares account, kind and amount; the description, subject and feature are part
+			// of the request too.
+			if e := posted.Entry; e.Description != description || e.Subject != posting.Subject || e.Feature != posting.Feature {
+				return fmt.Errorf("%w: Idempotency-Key %q was used with another description, subject or feature", db.ErrDedupeConflict, key)
 			}
 			writeJSON(w, http.StatusOK, response{Posted: false, Entry: entryOut(posted.Entry)})
 			return nil

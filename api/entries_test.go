@@ -1,13 +1,17 @@
 package api
 
 import (
+	"context"
+	"encoding/csv"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
 )
 
 // entryPage fetches one page and returns its entry ids and next cursor ("" at the end).
@@ -147,5 +151,96 @@ func TestEntriesWalkWhilePosting(t *testing.T) {
 	}
 	if posted := s.count(`SELECT count(*) FROM ledger WHERE account_id = 'acct_w'`); posted <= int64(len(before)) {
 		t.Fatalf("nothing was posted during the walk (%d entries): the test proved nothing", posted)
+	}
+}
+
+// whoSpent is an entry's subject and feature as the API shows it ("-" for a key absent).
+func whoSpent(e map[string]any) string {
+	field := func(name string) string {
+		v, ok := e[name]
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprint(v)
+	}
+	return field("subject") + "/" + field("feature")
+}
+
+// A hold's capture and a decision's bill show who spent and on what wherever an entry is shown: the
+// capture's answer, the entries list, a statement as JSON and as CSV (its last two columns); an entry
+// that names neither has no such keys. An adjustment may name them too: out of format is 400 naming the
+// field with nothing written, and its Idempotency-Key replayed with another subject or none is a conflict.
+func TestEntriesShowSubjectAndFeature(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	ctx := context.Background()
+	t0 := s.dbNow()
+	s.createAccount("acct_sf", "usd", 1000)
+	authorise(s, "acct_sf", map[string]any{"id": "h1", "amount": 100, "subject": "agent-7", "feature": "chat"}).want(t, http.StatusCreated, "")
+	captured := capture(s, "acct_sf", "h1", map[string]any{"amount": 40}).want(t, http.StatusOK, "")
+	if by := whoSpent(captured.JSON["entry"].(map[string]any)); by != "agent-7/chat" {
+		t.Fatalf("the capture's entry is spent by %s, want agent-7/chat: %s", by, captured.Body)
+	}
+	s.call(http.MethodPost, "/v1/decisions", `[{"id":"d1","account_id":"acct_sf","cost":25,"subject":"alice@example.com","feature":"search"},`+
+		`{"id":"d2","account_id":"acct_sf","cost":5}]`).want(t, http.StatusOK, "")
+	last, err := db.LastDecisionSeq(ctx, s.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dbtest.Ledger(t, s.pool).BillChunk(ctx, 0, last, 100); err != nil {
+		t.Fatal(err)
+	}
+
+	adjust(s, "acct_sf", "k1", map[string]any{"amount": 5, "subject": "not a subject"}).want(t, http.StatusBadRequest, "invalid_subject")
+	adjust(s, "acct_sf", "k1", map[string]any{"amount": 5, "feature": "a@b"}).want(t, http.StatusBadRequest, "invalid_feature")
+	credit := map[string]any{"amount": 5, "description": "run 12 failed", "subject": "agent-7", "feature": "chat"}
+	first := adjust(s, "acct_sf", "k1", credit).want(t, http.StatusCreated, "")
+	if by := whoSpent(first.JSON["entry"].(map[string]any)); by != "agent-7/chat" {
+		t.Fatalf("the adjustment's entry is spent by %s, want agent-7/chat", by)
+	}
+	adjust(s, "acct_sf", "k1", credit).want(t, http.StatusOK, "")
+	adjust(s, "acct_sf", "k1", map[string]any{"amount": 5, "description": "run 12 failed", "subject": "agent-8", "feature": "chat"}).
+		want(t, http.StatusConflict, "idempotency_conflict")
+	adjust(s, "acct_sf", "k1", map[string]any{"amount": 5, "description": "run 12 failed"}).want(t, http.StatusConflict, "idempotency_conflict")
+	s.wantMoney("acct_sf", 1000-40-25-5+5, 5)
+
+	want := map[string]string{
+		"api:acct_sf:opening-credit": "-/-",
+		"hold:acct_sf:h1":            "agent-7/chat",
+		"decision:d1":                "alice@example.com/search",
+		"decision:d2":                "-/-",
+		"api:acct_sf:k1":             "agent-7/chat",
+	}
+	listed := s.call(http.MethodGet, "/v1/accounts/acct_sf/entries", nil).want(t, http.StatusOK, "")
+	period := url.Values{"from": {rfc3339(t0)}, "to": {rfc3339(s.dbNow())}}.Encode()
+	stated := s.call(http.MethodGet, "/v1/accounts/acct_sf/statement?"+period, nil).want(t, http.StatusOK, "")
+	for name, entries := range map[string]any{"entries list": listed.JSON["entries"], "statement": stated.JSON["entries"]} {
+		if len(entries.([]any)) != len(want) {
+			t.Fatalf("%s: %d entries, want %d", name, len(entries.([]any)), len(want))
+		}
+		for _, raw := range entries.([]any) {
+			e := raw.(map[string]any)
+			if by := whoSpent(e); by != want[e["dedupe_key"].(string)] {
+				t.Errorf("%s: %s spent by %s, want %s", name, e["dedupe_key"], by, want[e["dedupe_key"].(string)])
+			}
+		}
+	}
+
+	got := s.call(http.MethodGet, "/v1/accounts/acct_sf/statement?format=csv&"+period, nil).want(t, http.StatusOK, "")
+	rows, err := csv.NewReader(strings.NewReader(string(got.Body))).ReadAll()
+	if err != nil || len(rows) != len(want)+1 {
+		t.Fatalf("CSV rows %v, %v", rows, err)
+	}
+	if header := strings.Join(rows[0][8:], ","); header != "subject,feature" {
+		t.Fatalf("CSV header ends %q, want subject,feature", header)
+	}
+	for _, row := range rows[1:] {
+		wanted := want[row[6]]
+		if wanted == "-/-" { // an empty cell: none
+			wanted = "/"
+		}
+		if by := row[8] + "/" + row[9]; by != wanted {
+			t.Errorf("CSV: %s spent by %q, want %q", row[6], by, wanted)
+		}
 	}
 }

@@ -52,7 +52,7 @@ func handleGetBalanceAt(d Deps) http.Handler {
 }
 
 // statementCSVHeader is the header row of a CSV statement.
-var statementCSVHeader = []string{"seq", "id", "created_at", "kind", "amount", "balance_after", "dedupe_key", "description"}
+var statementCSVHeader = []string{"seq", "id", "created_at", "kind", "amount", "balance_after", "dedupe_key", "description", "subject", "feature"}
 
 // handleGetStatement answers the account's statement from ?from= (inclusive) to ?to= (exclusive): the
 // opening and closing balances and every entry between, in seq order, as JSON or (Accept: text/csv or
@@ -162,6 +162,7 @@ func writeStatementCSV(w http.ResponseWriter, r *http.Request, q db.Conn, bounds
 		return out.Write([]string{
 			strconv.FormatInt(e.Seq, 10), strconv.FormatInt(e.ID, 10), e.CreatedAt.UTC().Format(time.RFC3339Nano),
 			e.Kind, strconv.FormatInt(e.Amount, 10), strconv.FormatInt(e.BalanceAfter, 10), csvText(e.DedupeKey), csvText(e.Description),
+			csvText(e.Subject), csvText(e.Feature),
 		})
 	})
 	if err != nil {

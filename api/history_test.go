@@ -148,7 +148,7 @@ func TestStatementAsCSV(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v in %s", name, err, got.Body)
 		}
-		if len(rows) != 4 || strings.Join(rows[0], ",") != "seq,id,created_at,kind,amount,balance_after,dedupe_key,description" {
+		if len(rows) != 4 || strings.Join(rows[0], ",") != "seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature" {
 			t.Fatalf("%s: rows %v", name, rows)
 		}
 		running := int64(60)

@@ -106,17 +106,8 @@ func handlePostHold(d Deps) http.Handler {
 			}
 		}
 		hold := db.HoldRequest{ID: *req.ID, Amount: *req.Amount, ExpiresIn: ttl}
-		if req.Subject != nil {
-			if !subjectPattern.MatchString(*req.Subject) {
-				return badRequest("invalid_subject", "subject must be 1-128 characters of [A-Za-z0-9_.:@-]")
-			}
-			hold.Subject = *req.Subject
-		}
-		if req.Feature != nil {
-			if !featurePattern.MatchString(*req.Feature) {
-				return badRequest("invalid_feature", "feature must be 1-64 characters of [A-Za-z0-9_.:-]")
-			}
-			hold.Feature = *req.Feature
+		if hold.Subject, hold.Feature, err = spentBy(req.Subject, req.Feature); err != nil {
+			return err
 		}
 		answersOnEffect(r, http.StatusCreated)
 		out, err := d.Ledger.AuthoriseHoldGrouped(r.Context(), id, hold)

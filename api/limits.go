@@ -15,6 +15,25 @@ var (
 	featurePattern = idPattern{max: 64}
 )
 
+// spentBy reads the optional subject and feature of a request that spends (a hold, an adjustment): each
+// absent is empty, each present must match its format, else 400 invalid_subject or invalid_feature.
+func spentBy(subject, feature *string) (string, string, error) {
+	var s, f string
+	if subject != nil {
+		if !subjectPattern.MatchString(*subject) {
+			return "", "", badRequest("invalid_subject", "subject must be 1-128 characters of [A-Za-z0-9_.:@-]")
+		}
+		s = *subject
+	}
+	if feature != nil {
+		if !featurePattern.MatchString(*feature) {
+			return "", "", badRequest("invalid_feature", "feature must be 1-64 characters of [A-Za-z0-9_.:-]")
+		}
+		f = *feature
+	}
+	return s, f, nil
+}
+
 type limitJSON struct {
 	ID          string    `json:"id"`
 	Scope       string    `json:"scope"`

@@ -666,13 +666,19 @@ type Entry struct {
 	Description string  `json:"description"`
 
 	// Draws In the entries list, the lots a debit drew from (absent when none).
-	Draws         *[]Draw   `json:"draws,omitempty"`
+	Draws *[]Draw `json:"draws,omitempty"`
+
+	// Feature What was spent on, as the hold, decision or adjustment named it; absent when none.
+	Feature       *Feature  `json:"feature,omitempty"`
 	ID            int64     `json:"id"`
 	Kind          EntryKind `json:"kind"`
 	PaymentIntent *string   `json:"payment_intent"`
 
 	// Seq The entry's position within its account (1, 2, 3, … without holes); the balance chain follows it.
 	Seq int64 `json:"seq"`
+
+	// Subject Who spent, for the entry of a hold's capture or a decision's bill (or an adjustment that named one); absent when none.
+	Subject *Subject `json:"subject,omitempty"`
 }
 
 // EntryKind defines model for Entry.Kind.
@@ -1009,8 +1015,14 @@ type PostAdjustmentJSONBody struct {
 	// ExpiresAt A credit's lot expires then; default never.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
+	// Feature What was spent on, matched against `feature` limits.
+	Feature *Feature `json:"feature,omitempty"`
+
 	// Priority A credit's lot: drawn lowest first; default 50.
 	Priority *int `json:"priority,omitempty"`
+
+	// Subject Who spent (a user, an API client, an agent), matched against `subject` limits.
+	Subject *Subject `json:"subject,omitempty"`
 }
 
 // PostAdjustmentParams defines parameters for PostAdjustment.
@@ -1311,8 +1323,8 @@ type ClientInterface interface {
 
 	// PostAdjustmentWithBody Post an operator adjustment, once per Idempotency-Key.
 	//
-	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-	// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+	// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 	// the balance below zero is refused.
 	//
 	// Takes any type of body and a specified content type.
@@ -1322,8 +1334,8 @@ type ClientInterface interface {
 
 	// PostAdjustment Post an operator adjustment, once per Idempotency-Key.
 	//
-	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-	// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+	// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 	// the balance below zero is refused.
 	//
 	// Takes a body of the `application/json` content type.
@@ -1403,7 +1415,7 @@ type ClientInterface interface {
 	//
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-	// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 	// reserved. The body may be left out: the whole hold is captured.
 	//
 	// Takes any type of body and a specified content type.
@@ -1415,7 +1427,7 @@ type ClientInterface interface {
 	//
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-	// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 	// reserved. The body may be left out: the whole hold is captured.
 	//
 	// Takes a body of the `application/json` content type.
@@ -1530,7 +1542,8 @@ type ClientInterface interface {
 	// Every entry created from `from` (inclusive) to `to` (exclusive), in `seq` order, with the balance before
 	// the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 	// closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
-	// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description`, then one row per entry. The balances
+	// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
+	// entry (subject and feature empty when none). The balances
 	// are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 	// streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 	// the connection, so a truncated statement is never mistaken for a whole one.
@@ -1579,7 +1592,8 @@ type ClientInterface interface {
 	// Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 	// already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 	// with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-	// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+	// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+	// and feature.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1591,7 +1605,8 @@ type ClientInterface interface {
 	// Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 	// already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 	// with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-	// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+	// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+	// and feature.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1714,8 +1729,8 @@ func (c *Client) PutAccount(ctx context.Context, id AccountID, body PutAccountJS
 
 // PostAdjustmentWithBody Post an operator adjustment, once per Idempotency-Key.
 //
-// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 // the balance below zero is refused.
 //
 // Takes any type of body and a specified content type.
@@ -1735,8 +1750,8 @@ func (c *Client) PostAdjustmentWithBody(ctx context.Context, id AccountID, param
 
 // PostAdjustment Post an operator adjustment, once per Idempotency-Key.
 //
-// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 // the balance below zero is refused.
 //
 // Takes a body of the `application/json` content type.
@@ -1896,7 +1911,7 @@ func (c *Client) GetHold(ctx context.Context, id AccountID, holdID HoldID, reqEd
 //
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 // reserved. The body may be left out: the whole hold is captured.
 //
 // Takes any type of body and a specified content type.
@@ -1918,7 +1933,7 @@ func (c *Client) CaptureHoldWithBody(ctx context.Context, id AccountID, holdID H
 //
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 // reserved. The body may be left out: the whole hold is captured.
 //
 // Takes a body of the `application/json` content type.
@@ -2133,7 +2148,8 @@ func (c *Client) PutRecharge(ctx context.Context, id AccountID, body PutRecharge
 // Every entry created from `from` (inclusive) to `to` (exclusive), in `seq` order, with the balance before
 // the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 // closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
-// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description`, then one row per entry. The balances
+// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
+// entry (subject and feature empty when none). The balances
 // are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 // streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 // the connection, so a truncated statement is never mistaken for a whole one.
@@ -2222,7 +2238,8 @@ func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEdit
 // Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 // already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 // with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+// and feature.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2244,7 +2261,8 @@ func (c *Client) PostDecisionsWithBody(ctx context.Context, contentType string, 
 // Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 // already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 // with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+// and feature.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3660,8 +3678,8 @@ type ClientWithResponsesInterface interface {
 
 	// PostAdjustmentWithBodyWithResponse Post an operator adjustment, once per Idempotency-Key.
 	//
-	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-	// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+	// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 	// the balance below zero is refused.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -3671,8 +3689,8 @@ type ClientWithResponsesInterface interface {
 
 	// PostAdjustmentWithResponse Post an operator adjustment, once per Idempotency-Key.
 	//
-	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-	// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+	// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+	// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 	// the balance below zero is refused.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -3758,7 +3776,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-	// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 	// reserved. The body may be left out: the whole hold is captured.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -3770,7 +3788,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-	// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 	// reserved. The body may be left out: the whole hold is captured.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -3895,7 +3913,8 @@ type ClientWithResponsesInterface interface {
 	// Every entry created from `from` (inclusive) to `to` (exclusive), in `seq` order, with the balance before
 	// the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 	// closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
-	// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description`, then one row per entry. The balances
+	// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
+	// entry (subject and feature empty when none). The balances
 	// are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 	// streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 	// the connection, so a truncated statement is never mistaken for a whole one.
@@ -3948,7 +3967,8 @@ type ClientWithResponsesInterface interface {
 	// Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 	// already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 	// with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-	// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+	// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+	// and feature.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3960,7 +3980,8 @@ type ClientWithResponsesInterface interface {
 	// Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 	// already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 	// with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-	// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+	// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+	// and feature.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6586,8 +6607,8 @@ func (c *ClientWithResponses) PutAccountWithResponse(ctx context.Context, id Acc
 
 // PostAdjustmentWithBodyWithResponse Post an operator adjustment, once per Idempotency-Key.
 //
-// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 // the balance below zero is refused.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -6603,8 +6624,8 @@ func (c *ClientWithResponses) PostAdjustmentWithBodyWithResponse(ctx context.Con
 
 // PostAdjustmentWithResponse Post an operator adjustment, once per Idempotency-Key.
 //
-// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount and
-// description is a replay: 200 with the original entry, nothing posted. A debit that would take
+// Dedupe key `api:{account_id}:{Idempotency-Key}`. The same key with the same amount, description,
+// subject and feature is a replay: 200 with the original entry, nothing posted. A debit that would take
 // the balance below zero is refused.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -6738,7 +6759,7 @@ func (c *ClientWithResponses) GetHoldWithResponse(ctx context.Context, id Accoun
 //
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 // reserved. The body may be left out: the whole hold is captured.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -6756,7 +6777,7 @@ func (c *ClientWithResponses) CaptureHoldWithBodyWithResponse(ctx context.Contex
 //
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
-// `hold:{account_id}:{hold_id}`, all in one transaction. No overdraw check: the credits were
+// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
 // reserved. The body may be left out: the whole hold is captured.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -6941,7 +6962,8 @@ func (c *ClientWithResponses) PutRechargeWithResponse(ctx context.Context, id Ac
 // Every entry created from `from` (inclusive) to `to` (exclusive), in `seq` order, with the balance before
 // the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 // closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
-// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description`, then one row per entry. The balances
+// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
+// entry (subject and feature empty when none). The balances
 // are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 // streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 // the connection, so a truncated statement is never mistaken for a whole one.
@@ -7018,7 +7040,8 @@ func (c *ClientWithResponses) ListAuditWithResponse(ctx context.Context, params 
 // Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 // already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 // with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+// and feature.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7036,7 +7059,8 @@ func (c *ClientWithResponses) PostDecisionsWithBodyWithResponse(ctx context.Cont
 // Up to 10,000 per call, stored in one statement: a bad item refuses the whole batch. An id
 // already stored (or repeated in the batch) with the same account, cost and hold is a duplicate;
 // with another account, cost or hold it is a conflict, listed, and the stored decision stays as it was.
-// The reconciler bills each stored decision once, as usage keyed `decision:{id}`.
+// The reconciler bills each stored decision once, as usage keyed `decision:{id}` carrying its subject
+// and feature.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

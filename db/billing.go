@@ -144,6 +144,7 @@ func billUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []str
 			entries[i] = Entry{
 				ID: r.ID, AccountID: r.AccountID, Kind: KindUsage, Amount: r.Amount, Description: r.Description,
 				DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt, Seq: r.Seq, BalanceAfter: r.BalanceAfter,
+				Subject: r.Subject, Feature: r.Feature,
 			}
 		}
 		return MapError(err)

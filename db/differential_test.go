@@ -19,7 +19,7 @@ import (
 // write them, and these tests hold each one equal to the general path. A seeded random workload runs
 // through the general path on one database and through the fast path on another; the two ledgers must
 // be the same entry for entry (kind, amount, key, payment, seq, balance_after, the lot an entry takes and
-// the reversal it undoes), lot for lot, draw for draw, and every caller must get the same answer. A
+// the reversal it undoes, who spent and on what), lot for lot, draw for draw, and every caller must get the same answer. A
 // failing seed is printed: rerun it with -run and the seed in the subtest's name.
 
 // differentialSeeds is how many workloads each test runs.
@@ -40,8 +40,8 @@ func answer(p db.Posted, err error) string {
 }
 
 // postings is a random workload on one account: credits (some making lots past their expiry, some with
-// their own lot terms), debits with and without the no-overdraw rule, refunds and disputes of its
-// payments, their restores, exact replays, keys reused with another amount, a few postings without a key
+// their own lot terms), debits with and without the no-overdraw rule (some naming who spent and on what),
+// refunds and disputes of its payments, their restores, exact replays, keys reused with another amount, a few postings without a key
 // and a few on an account that does not exist.
 func postings(rng *rand.Rand, account string, n int) []db.Posting {
 	var (
@@ -73,8 +73,10 @@ func postings(rng *rand.Rand, account string, n int) []db.Posting {
 				NoOverdraw: true, Lot: &terms}
 		case r < 48:
 			p = db.Posting{AccountID: account, Kind: db.KindAdjustment, Amount: -(1 + rng.Int64N(300)), DedupeKey: "api:" + key, NoOverdraw: true}
+			p.Subject, p.Feature = spender(rng)
 		case r < 60:
 			p = db.Posting{AccountID: account, Kind: db.KindUsage, Amount: -(1 + rng.Int64N(200)), DedupeKey: "decision:" + key}
+			p.Subject, p.Feature = spender(rng)
 		case r < 72 && len(payments) > 0 && refundable[payments[len(payments)-1].PaymentIntent] > 0:
 			// Reversals of a payment never exceed its credit (verify's rule): the latest one's rest.
 			paid := payments[len(payments)-1]
@@ -113,6 +115,13 @@ func postings(rng *rand.Rand, account string, n int) []db.Posting {
 		out = append(out, p)
 	}
 	return out
+}
+
+// spender is a random subject and feature, each sometimes none.
+func spender(rng *rand.Rand) (subject, feature string) {
+	subjects := []string{"", "agent-1", "alice@example.com"}
+	features := []string{"", "chat", "search"}
+	return subjects[rng.IntN(len(subjects))], features[rng.IntN(len(features))]
 }
 
 // postOneByOne is the general path: each posting in a transaction of its own.
@@ -272,8 +281,8 @@ func TestDifferentialCheckoutGroups(t *testing.T) {
 
 // Set-based billing and expiry: a chunk's usage planned from the decisions in one statement, and the
 // expiry pass's entries planned from the lots in one, give what the same entries give posted one by one
-// (billing: in decision seq order per account, a decision whose hold the API captured first paying only
-// its cost beyond the capture; expiry: every open lot past its expiry, in lot id order per account).
+// (billing: in decision seq order per account, each entry with its decision's subject and feature, a
+// decision whose hold the API captured first paying only its cost beyond the capture; expiry: every open lot past its expiry, in lot id order per account).
 func TestDifferentialBillingAndExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -318,6 +327,7 @@ func TestDifferentialBillingAndExpiry(t *testing.T) {
 				if rng.IntN(5) == 0 {
 					d.HoldID = fmt.Sprintf("h%d", rng.IntN(3))
 				}
+				d.Subject, d.Feature = spender(rng)
 				decisions = append(decisions, d)
 			}
 			for _, pool := range []*pgxpool.Pool{general, fast} {
@@ -333,7 +343,8 @@ func TestDifferentialBillingAndExpiry(t *testing.T) {
 				}
 				due := d.Cost - min(d.Cost, captured[d.AccountID+"/"+d.HoldID])
 				if due > 0 {
-					mustPost(t, general, db.Posting{AccountID: d.AccountID, Kind: db.KindUsage, Amount: -due, Description: "decision " + d.ID, DedupeKey: "decision:" + d.ID})
+					mustPost(t, general, db.Posting{AccountID: d.AccountID, Kind: db.KindUsage, Amount: -due, Description: "decision " + d.ID, DedupeKey: "decision:" + d.ID,
+						Subject: d.Subject, Feature: d.Feature})
 				}
 			}
 			rows, err := general.Query(ctx, `SELECT account_id, id, remaining FROM credit_lots

@@ -26,6 +26,7 @@ func AccountTimeline(ctx context.Context, q Conn, accountID string, limit int32)
 			Entry: Entry{
 				ID: r.ID, AccountID: accountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
 				DedupeKey: deref(r.DedupeKey), PaymentIntent: deref(r.PaymentIntent), CreatedAt: r.CreatedAt,
+				Subject: deref(r.Subject), Feature: deref(r.Feature),
 			},
 			BalanceAfter: r.BalanceAfter,
 		}

@@ -233,8 +233,9 @@ type HoldCapturedResult struct {
 // CaptureHold captures the hold for amount (all of it when amount is 0) in one transaction: the
 // account row is locked, the hold moves from held to captured by HoldsCapture's conditional UPDATE
 // (still held, unexpired on the database clock, amount within the hold), its reservation is released
-// and a usage entry of -amount keyed HoldKey is posted through l (no overdraw check: the credits were
-// reserved). Only the transaction whose UPDATE moved the hold does any of that.
+// and a usage entry of -amount keyed HoldKey, carrying the hold's subject and feature, is posted through
+// l (no overdraw check: the credits were reserved). Only the transaction whose UPDATE moved the hold does
+// any of that.
 //
 // Otherwise: a replay of a capture through the API with the same amount is Posted=false with the
 // original entry; with another amount ErrDedupeConflict. ErrAmountExceedsHold, ErrHoldCaptured (by its
@@ -271,6 +272,7 @@ func (l *Ledger) CaptureHold(ctx context.Context, accountID, holdID string, amou
 		posted, err := l.Post(ctx, tx, Posting{
 			AccountID: accountID, Kind: KindUsage, Amount: -hold.CapturedAmount,
 			Description: "hold " + holdID, DedupeKey: HoldKey(accountID, holdID),
+			Subject: hold.Subject, Feature: hold.Feature,
 		})
 		if err != nil {
 			return false, err

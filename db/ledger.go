@@ -46,6 +46,9 @@ type Entry struct {
 	Seq int64
 	// BalanceAfter is the account's balance right after this entry.
 	BalanceAfter int64
+	// Subject and Feature say who spent and on what: those of the hold or decision the entry was posted
+	// for, or of the adjustment that named them (empty: none).
+	Subject, Feature string
 }
 
 // Posting asks for one entry. DedupeKey names the effect: with it, the entry is posted at most once.
@@ -68,6 +71,9 @@ type Posting struct {
 	// Reverses is the dedupe key of the reversal a restore (refund_restore, dispute_won) undoes: its lot
 	// draws are what the restore refills.
 	Reverses string
+	// Subject and Feature are stored on the entry (empty: none), in the formats of holds and decisions
+	// (ledger_subject_format_check, ledger_feature_format_check).
+	Subject, Feature string
 }
 
 // Posted is the outcome of posting one entry.
@@ -233,6 +239,8 @@ func (l *Ledger) appendArgs(postings []Posting, balance *int64) dbsqlc.LedgerApp
 		arg.NoOverdraw = append(arg.NoOverdraw, p.NoOverdraw)
 		arg.LotIDs = append(arg.LotIDs, p.LotID)
 		arg.Reverses = append(arg.Reverses, p.Reverses)
+		arg.Subjects = append(arg.Subjects, p.Subject)
+		arg.Features = append(arg.Features, p.Feature)
 		terms, ttl := l.lotTerms(p)
 		expiresAt := ""
 		if terms.ExpiresAt != nil {
@@ -275,7 +283,7 @@ func appended(rows []dbsqlc.LedgerAppendRow, n int) (entries []Entry, byRow []*E
 		entries[i] = Entry{
 			ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
 			DedupeKey: r.DedupeKey, PaymentIntent: r.PaymentIntent, CreatedAt: r.CreatedAt, Seq: r.Seq,
-			BalanceAfter: r.BalanceAfter,
+			BalanceAfter: r.BalanceAfter, Subject: r.Subject, Feature: r.Feature,
 		}
 		if r.K > 0 && int(r.K) <= n {
 			byRow[r.K-1] = &entries[i]
@@ -348,6 +356,8 @@ type entryRow interface {
 		CreatedAt     time.Time
 		Seq           int64
 		BalanceAfter  int64
+		Subject       *string
+		Feature       *string
 	}
 }
 
@@ -357,7 +367,7 @@ func entryFromRow(r dbsqlc.LedgerGetByDedupeKeyRow) Entry {
 	return Entry{
 		ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
 		DedupeKey: deref(r.DedupeKey), PaymentIntent: deref(r.PaymentIntent), CreatedAt: r.CreatedAt,
-		Seq: r.Seq, BalanceAfter: r.BalanceAfter,
+		Seq: r.Seq, BalanceAfter: r.BalanceAfter, Subject: deref(r.Subject), Feature: deref(r.Feature),
 	}
 }
 

@@ -186,7 +186,8 @@ func LedgerState(t testing.TB, pool *pgxpool.Pool) string {
 			       coalesce((SELECT c.seq FROM credit_lots cl JOIN ledger c ON c.account_id = cl.account_id AND c.id = cl.entry_id
 			                 WHERE cl.id = l.lot_id AND cl.account_id = l.account_id), 0),
 			       coalesce((SELECT r.seq FROM ledger r WHERE r.id = l.reverses_entry_id AND r.account_id = l.account_id), 0),
-			       coalesce(l.lot_category, ''), coalesce(l.lot_priority, -1)
+			       coalesce(l.lot_category, ''), coalesce(l.lot_priority, -1),
+			       coalesce(l.subject, ''), coalesce(l.feature, '')
 			FROM ledger l ORDER BY l.account_id, l.seq`},
 		{"lots", `
 			SELECT cl.account_id, c.seq, cl.category, cl.priority, cl.amount, cl.remaining, cl.expires_at IS NULL,

@@ -9,8 +9,10 @@
 -- name: LedgerAppend :many
 -- Inserts rows planned in Go, the arrays read in lockstep, one element per row ('' or 0: none; the lot
 -- terms are read for credits only; no_overdraw refuses the row's account when the row would leave its
--- balance below zero). With balance, nothing is locked or inserted unless the accounts' balance is still
--- balance: a group planned on the balance its previous group left finds a balance moved meanwhile here.
+-- balance below zero; subjects and features name who spent and on what, for a hold's capture or an
+-- adjustment that names them). With balance, nothing is locked or inserted unless the accounts' balance
+-- is still balance: a group planned on the balance its previous group left finds a balance moved
+-- meanwhile here.
 -- A row left out returns nothing: its key was taken (before, or meanwhile by a transaction this one
 -- waited for), its account does not exist or was refused. A balance beyond a bigint fails the statement
 -- with numeric_value_out_of_range; a key taken meanwhile by a row that was not its account's last fails
@@ -19,30 +21,37 @@ SELECT coalesce(a.k, 0)::bigint AS k, a.id::bigint AS id, a.account_id::text AS 
        a.amount::bigint AS amount, a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key,
        coalesce(a.payment_intent, '')::text AS payment_intent, a.seq::bigint AS seq, a.balance_after::bigint AS balance_after,
        a.created_at::timestamptz AS created_at, coalesce(a.lot_id, 0)::bigint AS lot_id,
-       coalesce(a.reverses_entry_id, 0)::bigint AS reverses_entry_id
+       coalesce(a.reverses_entry_id, 0)::bigint AS reverses_entry_id,
+       coalesce(a.subject, '')::text AS subject, coalesce(a.feature, '')::text AS feature
 FROM ledger_append(@account_ids::text[], @kinds::text[], @amounts::bigint[], @descriptions::text[],
                    @dedupe_keys::text[], @payment_intents::text[], @no_overdraw::boolean[], @lot_ids::bigint[],
                    @reverses::text[], @lot_categories::text[], @lot_priorities::smallint[],
-                   @lot_expires_at::text[], @lot_ttls::float8[], sqlc.narg(balance)::bigint)
-    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id);
+                   @lot_expires_at::text[], @lot_ttls::float8[], sqlc.narg(balance)::bigint,
+                   p_subjects => @subjects::text[], p_features => @features::text[])
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
+          subject, feature);
 
 -- name: LedgerAppendForDecisions :many
 -- Bills the chunk (after_seq, upto_seq] of decisions of the locked accounts (account_ids, from
 -- AccountsLock), in one statement: a usage entry keyed decision:{id} of -cost for each decision not
 -- billed yet, in decision seq order per account. A decision naming a hold captured through the API is
 -- billed only for its cost beyond the captured amount, and not at all within it: the hold's own entry
--- (hold:{account_id}:{hold_id}) paid for that much (SPEC §21). ledger_append leaves out the keys already
--- posted, so re-reading a billed chunk posts nothing. A balance beyond a bigint fails the statement with
--- numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
+-- (hold:{account_id}:{hold_id}) paid for that much (SPEC §21). Each entry carries its decision's subject
+-- and feature. ledger_append leaves out the keys already posted, so re-reading a billed chunk posts
+-- nothing. A balance beyond a bigint fails the statement with numeric_value_out_of_range. Returns the
+-- entries inserted, each with its own balance_after.
 SELECT a.id::bigint AS id, a.account_id::text AS account_id, a.amount::bigint AS amount,
        a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key, a.seq::bigint AS seq,
-       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at
+       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at,
+       coalesce(a.subject, '')::text AS subject, coalesce(a.feature, '')::text AS feature
 FROM (
     SELECT array_agg(d.account_id ORDER BY d.account_id, d.seq) AS account_ids,
            array_agg('usage'::text ORDER BY d.account_id, d.seq) AS kinds,
            array_agg(-(d.cost - coalesce(h.captured_amount, 0)) ORDER BY d.account_id, d.seq) AS amounts,
            array_agg('decision ' || d.id ORDER BY d.account_id, d.seq) AS descriptions,
-           array_agg('decision:' || d.id ORDER BY d.account_id, d.seq) AS dedupe_keys
+           array_agg('decision:' || d.id ORDER BY d.account_id, d.seq) AS dedupe_keys,
+           array_agg(d.subject ORDER BY d.account_id, d.seq) AS subjects,
+           array_agg(d.feature ORDER BY d.account_id, d.seq) AS features
     FROM decisions d
     -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
     JOIN unnest(@account_ids::text[]) AS locked (account_id) ON locked.account_id = d.account_id
@@ -53,8 +62,10 @@ FROM (
       AND d.cost > coalesce(h.captured_amount, 0)
     HAVING count(*) > 0
 ) plan
-CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys)
-    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys,
+                                 p_subjects => plan.subjects, p_features => plan.features)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
+          subject, feature)
 ORDER BY 1;
 
 -- name: LedgerAppendExpiries :many
@@ -79,27 +90,28 @@ FROM (
 ) plan
 CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys,
                                  p_lot_ids => plan.lot_ids)
-    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
+          subject, feature)
 ORDER BY 1;
 
 -- name: LedgerGetByDedupeKey :one
 -- The entry posted under a dedupe key, to tell an exact replay from a key reused with other
 -- parameters. Returns no row when the key was never posted.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE dedupe_key = @dedupe_key::text;
 
 -- name: LedgerListByDedupeKeys :many
 -- The entries already posted under any of a group's dedupe keys: those members are replays or
 -- conflicts and are not inserted again. Keys never posted return nothing.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE dedupe_key = ANY(@dedupe_keys::text[]);
 
 -- name: LedgerListByAccount :many
 -- An account's entries, newest first. Keyset pagination on id (pass the last id seen as before_id):
 -- stable while new entries are inserted, since ids only grow.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE account_id = @account_id
   AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
@@ -160,7 +172,7 @@ FROM (
 -- name: LedgerStatementPage :many
 -- A page of the account's entries with seq in (after_seq, upto_seq], in seq order
 -- (ledger_account_seq_key): a statement reads itself page by page, in constant memory.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE account_id = @account_id
   AND seq > @after_seq::bigint
@@ -195,7 +207,7 @@ WHERE id = ANY(@ids::bigint[]);
 -- name: LedgerTimelineByAccount :many
 -- An account's newest entries (at most max_rows), newest first, each with the balance_after it
 -- recorded (ledger_account_seq_key, read backwards).
-SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after
+SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after, subject, feature
 FROM ledger
 WHERE account_id = @account_id
 ORDER BY seq DESC
@@ -204,7 +216,7 @@ LIMIT @max_rows;
 -- name: LedgerListByPaymentIntent :many
 -- The entries of one Stripe payment (its credit, refunds, disputes and their restores) in posting
 -- order, through ledger_payment_intent_idx.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE payment_intent = @payment_intent::text
 ORDER BY id

@@ -16,12 +16,15 @@ SELECT coalesce(a.k, 0)::bigint AS k, a.id::bigint AS id, a.account_id::text AS 
        a.amount::bigint AS amount, a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key,
        coalesce(a.payment_intent, '')::text AS payment_intent, a.seq::bigint AS seq, a.balance_after::bigint AS balance_after,
        a.created_at::timestamptz AS created_at, coalesce(a.lot_id, 0)::bigint AS lot_id,
-       coalesce(a.reverses_entry_id, 0)::bigint AS reverses_entry_id
+       coalesce(a.reverses_entry_id, 0)::bigint AS reverses_entry_id,
+       coalesce(a.subject, '')::text AS subject, coalesce(a.feature, '')::text AS feature
 FROM ledger_append($1::text[], $2::text[], $3::bigint[], $4::text[],
                    $5::text[], $6::text[], $7::boolean[], $8::bigint[],
                    $9::text[], $10::text[], $11::smallint[],
-                   $12::text[], $13::float8[], $14::bigint)
-    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+                   $12::text[], $13::float8[], $14::bigint,
+                   p_subjects => $15::text[], p_features => $16::text[])
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
+          subject, feature)
 `
 
 type LedgerAppendParams struct {
@@ -39,6 +42,8 @@ type LedgerAppendParams struct {
 	LotExpiresAt   []string
 	LotTTLs        []float64
 	Balance        *int64
+	Subjects       []string
+	Features       []string
 }
 
 type LedgerAppendRow struct {
@@ -55,6 +60,8 @@ type LedgerAppendRow struct {
 	CreatedAt       time.Time
 	LotID           int64
 	ReversesEntryID int64
+	Subject         string
+	Feature         string
 }
 
 // The one road into the ledger (SPEC §21): every entry is inserted by ledger_append (migration 000012),
@@ -66,8 +73,10 @@ type LedgerAppendRow struct {
 // chunk and the lots past their expiry, read in the same statement.
 // Inserts rows planned in Go, the arrays read in lockstep, one element per row (” or 0: none; the lot
 // terms are read for credits only; no_overdraw refuses the row's account when the row would leave its
-// balance below zero). With balance, nothing is locked or inserted unless the accounts' balance is still
-// balance: a group planned on the balance its previous group left finds a balance moved meanwhile here.
+// balance below zero; subjects and features name who spent and on what, for a hold's capture or an
+// adjustment that names them). With balance, nothing is locked or inserted unless the accounts' balance
+// is still balance: a group planned on the balance its previous group left finds a balance moved
+// meanwhile here.
 // A row left out returns nothing: its key was taken (before, or meanwhile by a transaction this one
 // waited for), its account does not exist or was refused. A balance beyond a bigint fails the statement
 // with numeric_value_out_of_range; a key taken meanwhile by a row that was not its account's last fails
@@ -88,6 +97,8 @@ func (q *Queries) LedgerAppend(ctx context.Context, arg LedgerAppendParams) ([]L
 		arg.LotExpiresAt,
 		arg.LotTTLs,
 		arg.Balance,
+		arg.Subjects,
+		arg.Features,
 	)
 	if err != nil {
 		return nil, err
@@ -110,6 +121,8 @@ func (q *Queries) LedgerAppend(ctx context.Context, arg LedgerAppendParams) ([]L
 			&i.CreatedAt,
 			&i.LotID,
 			&i.ReversesEntryID,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -139,7 +152,8 @@ FROM (
 ) plan
 CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys,
                                  p_lot_ids => plan.lot_ids)
-    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
+          subject, feature)
 ORDER BY 1
 `
 
@@ -190,13 +204,16 @@ func (q *Queries) LedgerAppendExpiries(ctx context.Context, accountIds []string)
 const ledgerAppendForDecisions = `-- name: LedgerAppendForDecisions :many
 SELECT a.id::bigint AS id, a.account_id::text AS account_id, a.amount::bigint AS amount,
        a.description::text AS description, coalesce(a.dedupe_key, '')::text AS dedupe_key, a.seq::bigint AS seq,
-       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at
+       a.balance_after::bigint AS balance_after, a.created_at::timestamptz AS created_at,
+       coalesce(a.subject, '')::text AS subject, coalesce(a.feature, '')::text AS feature
 FROM (
     SELECT array_agg(d.account_id ORDER BY d.account_id, d.seq) AS account_ids,
            array_agg('usage'::text ORDER BY d.account_id, d.seq) AS kinds,
            array_agg(-(d.cost - coalesce(h.captured_amount, 0)) ORDER BY d.account_id, d.seq) AS amounts,
            array_agg('decision ' || d.id ORDER BY d.account_id, d.seq) AS descriptions,
-           array_agg('decision:' || d.id ORDER BY d.account_id, d.seq) AS dedupe_keys
+           array_agg('decision:' || d.id ORDER BY d.account_id, d.seq) AS dedupe_keys,
+           array_agg(d.subject ORDER BY d.account_id, d.seq) AS subjects,
+           array_agg(d.feature ORDER BY d.account_id, d.seq) AS features
     FROM decisions d
     -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
     JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = d.account_id
@@ -207,8 +224,10 @@ FROM (
       AND d.cost > coalesce(h.captured_amount, 0)
     HAVING count(*) > 0
 ) plan
-CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys)
-    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id)
+CROSS JOIN LATERAL ledger_append(plan.account_ids, plan.kinds, plan.amounts, plan.descriptions, plan.dedupe_keys,
+                                 p_subjects => plan.subjects, p_features => plan.features)
+    AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
+          subject, feature)
 ORDER BY 1
 `
 
@@ -227,15 +246,18 @@ type LedgerAppendForDecisionsRow struct {
 	Seq          int64
 	BalanceAfter int64
 	CreatedAt    time.Time
+	Subject      string
+	Feature      string
 }
 
 // Bills the chunk (after_seq, upto_seq] of decisions of the locked accounts (account_ids, from
 // AccountsLock), in one statement: a usage entry keyed decision:{id} of -cost for each decision not
 // billed yet, in decision seq order per account. A decision naming a hold captured through the API is
 // billed only for its cost beyond the captured amount, and not at all within it: the hold's own entry
-// (hold:{account_id}:{hold_id}) paid for that much (SPEC §21). ledger_append leaves out the keys already
-// posted, so re-reading a billed chunk posts nothing. A balance beyond a bigint fails the statement with
-// numeric_value_out_of_range. Returns the entries inserted, each with its own balance_after.
+// (hold:{account_id}:{hold_id}) paid for that much (SPEC §21). Each entry carries its decision's subject
+// and feature. ledger_append leaves out the keys already posted, so re-reading a billed chunk posts
+// nothing. A balance beyond a bigint fails the statement with numeric_value_out_of_range. Returns the
+// entries inserted, each with its own balance_after.
 func (q *Queries) LedgerAppendForDecisions(ctx context.Context, arg LedgerAppendForDecisionsParams) ([]LedgerAppendForDecisionsRow, error) {
 	rows, err := q.db.Query(ctx, ledgerAppendForDecisions, arg.AccountIDs, arg.AfterSeq, arg.UptoSeq)
 	if err != nil {
@@ -254,6 +276,8 @@ func (q *Queries) LedgerAppendForDecisions(ctx context.Context, arg LedgerAppend
 			&i.Seq,
 			&i.BalanceAfter,
 			&i.CreatedAt,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -383,7 +407,7 @@ func (q *Queries) LedgerDuplicateDedupeKeys(ctx context.Context) ([]LedgerDuplic
 }
 
 const ledgerGetByDedupeKey = `-- name: LedgerGetByDedupeKey :one
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE dedupe_key = $1::text
 `
@@ -399,6 +423,8 @@ type LedgerGetByDedupeKeyRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // The entry posted under a dedupe key, to tell an exact replay from a key reused with other
@@ -417,6 +443,8 @@ func (q *Queries) LedgerGetByDedupeKey(ctx context.Context, dedupeKey string) (L
 		&i.CreatedAt,
 		&i.Seq,
 		&i.BalanceAfter,
+		&i.Subject,
+		&i.Feature,
 	)
 	return i, err
 }
@@ -455,7 +483,7 @@ func (q *Queries) LedgerLastBefore(ctx context.Context, arg LedgerLastBeforePara
 }
 
 const ledgerListByAccount = `-- name: LedgerListByAccount :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE account_id = $1
   AND ($2::bigint IS NULL OR id < $2::bigint)
@@ -480,6 +508,8 @@ type LedgerListByAccountRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // An account's entries, newest first. Keyset pagination on id (pass the last id seen as before_id):
@@ -504,6 +534,8 @@ func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccou
 			&i.CreatedAt,
 			&i.Seq,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -516,7 +548,7 @@ func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccou
 }
 
 const ledgerListByDedupeKeys = `-- name: LedgerListByDedupeKeys :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE dedupe_key = ANY($1::text[])
 `
@@ -532,6 +564,8 @@ type LedgerListByDedupeKeysRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // The entries already posted under any of a group's dedupe keys: those members are replays or
@@ -556,6 +590,8 @@ func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []strin
 			&i.CreatedAt,
 			&i.Seq,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -568,7 +604,7 @@ func (q *Queries) LedgerListByDedupeKeys(ctx context.Context, dedupeKeys []strin
 }
 
 const ledgerListByPaymentIntent = `-- name: LedgerListByPaymentIntent :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE payment_intent = $1::text
 ORDER BY id
@@ -591,6 +627,8 @@ type LedgerListByPaymentIntentRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // The entries of one Stripe payment (its credit, refunds, disputes and their restores) in posting
@@ -615,6 +653,8 @@ func (q *Queries) LedgerListByPaymentIntent(ctx context.Context, arg LedgerListB
 			&i.CreatedAt,
 			&i.Seq,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -696,7 +736,7 @@ func (q *Queries) LedgerPresentIDs(ctx context.Context, ids []int64) ([]int64, e
 }
 
 const ledgerStatementPage = `-- name: LedgerStatementPage :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE account_id = $1
   AND seq > $2::bigint
@@ -723,6 +763,8 @@ type LedgerStatementPageRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // A page of the account's entries with seq in (after_seq, upto_seq], in seq order
@@ -752,6 +794,8 @@ func (q *Queries) LedgerStatementPage(ctx context.Context, arg LedgerStatementPa
 			&i.CreatedAt,
 			&i.Seq,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -764,7 +808,7 @@ func (q *Queries) LedgerStatementPage(ctx context.Context, arg LedgerStatementPa
 }
 
 const ledgerTimelineByAccount = `-- name: LedgerTimelineByAccount :many
-SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after
+SELECT id, kind, amount, description, dedupe_key, payment_intent, created_at, balance_after, subject, feature
 FROM ledger
 WHERE account_id = $1
 ORDER BY seq DESC
@@ -785,6 +829,8 @@ type LedgerTimelineByAccountRow struct {
 	PaymentIntent *string
 	CreatedAt     time.Time
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // An account's newest entries (at most max_rows), newest first, each with the balance_after it
@@ -807,6 +853,8 @@ func (q *Queries) LedgerTimelineByAccount(ctx context.Context, arg LedgerTimelin
 			&i.PaymentIntent,
 			&i.CreatedAt,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}

@@ -209,6 +209,10 @@ type LedgerEntry struct {
 	LotPriority *int16
 	// For a credit: when the lot it makes expires (the posting's own time, or the configured lifetime of paid and grant lots from the entry's created_at); NULL: never.
 	LotExpiresAt *time.Time
+	// Who the entry was spent for: the subject of the hold or decision it was posted for (or of the adjustment that named one); NULL: nobody named.
+	Subject *string
+	// What the entry was spent on: the feature of the hold or decision it was posted for (or of the adjustment that named one); NULL: nothing named.
+	Feature *string
 }
 
 // The debits not yet fully drawn: the account's debt, debit by debit. The next credit's lot draws them oldest first (by seq) and the row goes once the debit is covered.

@@ -138,7 +138,7 @@ func (q *Queries) StripeDriftCheckpointsSince(ctx context.Context, since time.Ti
 }
 
 const stripeDriftCreditsBetween = `-- name: StripeDriftCreditsBetween :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE kind IN ('topup', 'refund_restore', 'dispute_won')
   AND created_at >= $1
@@ -162,6 +162,8 @@ type StripeDriftCreditsBetweenRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // The money-backed credits (topup, refund_restore, dispute_won) posted in [since, until), in posting
@@ -187,6 +189,8 @@ func (q *Queries) StripeDriftCreditsBetween(ctx context.Context, arg StripeDrift
 			&i.CreatedAt,
 			&i.Seq,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}
@@ -290,7 +294,7 @@ func (q *Queries) StripeDriftOpenByReason(ctx context.Context) ([]StripeDriftOpe
 }
 
 const stripeDriftPaymentCredits = `-- name: StripeDriftPaymentCredits :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
 FROM ledger
 WHERE payment_intent = ANY($1::text[])
   AND kind = 'topup'
@@ -308,6 +312,8 @@ type StripeDriftPaymentCreditsRow struct {
 	CreatedAt     time.Time
 	Seq           int64
 	BalanceAfter  int64
+	Subject       *string
+	Feature       *string
 }
 
 // The topup credits of the given payments, through ledger_payment_intent_idx: a payment matches when it
@@ -332,6 +338,8 @@ func (q *Queries) StripeDriftPaymentCredits(ctx context.Context, paymentIntents 
 			&i.CreatedAt,
 			&i.Seq,
 			&i.BalanceAfter,
+			&i.Subject,
+			&i.Feature,
 		); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,38 @@
+package console_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The account page's entries show who spent and on what: a hold's capture carries its hold's subject and
+// feature in the last two columns, an entry that names neither leaves them empty.
+func TestConsoleEntriesShowSubjectAndFeature(t *testing.T) {
+	t.Parallel()
+	s := newConsoleServer(t)
+	s.call(http.MethodPut, "/v1/accounts/acct_sf", `{"currency":"usd"}`, "")
+	s.call(http.MethodPost, "/v1/accounts/acct_sf/adjustments", `{"amount":1000}`, "opening")
+	s.call(http.MethodPost, "/v1/accounts/acct_sf/holds", `{"id":"h1","amount":100,"subject":"agent-7","feature":"chat"}`, "")
+	s.call(http.MethodPost, "/v1/accounts/acct_sf/holds/h1/capture", `{"amount":40}`, "")
+
+	status, page := s.loggedIn().page("/console/accounts/acct_sf")
+	if status != http.StatusOK {
+		t.Fatalf("account page: %d", status)
+	}
+	_, timeline, _ := strings.Cut(page, `<table id="timeline">`)
+	timeline, _, _ = strings.Cut(timeline, "</table>")
+	rows := strings.Split(timeline, "<tr>")[2:] // after the header's
+	if len(rows) != 2 {
+		t.Fatalf("%d entries on the page, want 2:\n%s", len(rows), timeline)
+	}
+	for _, c := range []struct{ row, key, cells string }{
+		{rows[0], "hold:acct_sf:h1", `<td class="mono">agent-7</td><td class="mono">chat</td>`},
+		{rows[1], "api:acct_sf:opening", `<td class="mono"></td><td class="mono"></td>`},
+	} {
+		row, _, _ := strings.Cut(c.row, "</tr>")
+		if !strings.Contains(row, c.key) || !strings.HasSuffix(row, c.cells) {
+			t.Errorf("entry %s shows\n%s\nwant it to end %s", c.key, c.row, c.cells)
+		}
+	}
+}
