@@ -20,10 +20,10 @@ import (
 // road (LedgerAppend). While an account is busy, each group is planned on the balance its previous group
 // left, and its append (which locks and inserts only if the balance is still that) is sent with BEGIN:
 // two round trips with COMMIT, and one more for the audit records of the requests it posted (their
-// PendingAudit, one statement for the group). A group without such a balance (the first of a busy spell, or one after a
-// group that failed or posted alone) locks the row and reads the balance first; one whose append found
-// the balance moved (another path or process posted meanwhile) locks it then, and is planned again in the
-// same transaction.
+// PendingAudit, one statement for the group). A group without such a balance (the first of a busy
+// spell, or one after a group that failed or posted alone) locks the row and reads the balance first;
+// one whose append found the balance moved (another path or process posted meanwhile) locks it then,
+// and is planned again in the same transaction.
 //
 // To each caller, PostGrouped is exactly one InTx + Post: an exact replay is New=false with the original
 // entry, a key reused with other parameters is ErrDedupeConflict, a no-overdraw posting that does not fit
