@@ -40,6 +40,7 @@ var accountTables = []string{
 	"audit_log",
 	"spend_limits", // before spend_windows, whose foreign key names it
 	"spend_windows",
+	"revenue_recognitions",
 }
 
 // keyedTables are distributed by a column of their own, not colocated with accounts.

@@ -14,7 +14,8 @@ type Topup struct {
 	AccountID     string
 	SessionID     string
 	PaymentIntent string
-	Amount        int64
+	Amount        int64 // the price, in Currency's minor units: what the payment must be
+	Credits       int64 // what the order buys (0 when inserting: Amount)
 	Currency      string
 	Status        string
 	CheckoutURL   string
@@ -37,10 +38,18 @@ const (
 func topupFromRow(r dbsqlc.Topup) Topup {
 	return Topup{
 		ID: r.ID, AccountID: r.AccountID, SessionID: deref(r.SessionID), PaymentIntent: deref(r.PaymentIntent),
-		Amount: r.Amount, Currency: r.Currency, Status: r.Status, CheckoutURL: deref(r.CheckoutURL),
+		Amount: r.Amount, Credits: r.Credits, Currency: r.Currency, Status: r.Status, CheckoutURL: deref(r.CheckoutURL),
 		PaidEventID: deref(r.PaidEventID), CreatedAt: r.CreatedAt, PaidAt: r.PaidAt,
 		IdempotencyKey: deref(r.IdempotencyKey), RequestFingerprint: deref(r.RequestFingerprint),
 	}
+}
+
+// creditsOrAmount is what the order buys: Credits, or Amount when none was named (1:1).
+func (t Topup) creditsOrAmount() int64 {
+	if t.Credits == 0 {
+		return t.Amount
+	}
+	return t.Credits
 }
 
 // topupOrNotFound answers a query for one order: ErrNotFound when there is none.
@@ -63,7 +72,7 @@ func topupOrNotFound(r dbsqlc.Topup, err error, what string) (Topup, error) {
 func InsertPendingTopup(ctx context.Context, q Conn, t Topup) (order Topup, created bool, err error) {
 	queries := dbsqlc.New(q)
 	r, err := queries.TopupsInsertPending(ctx, dbsqlc.TopupsInsertPendingParams{
-		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Currency: t.Currency,
+		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Credits: t.creditsOrAmount(), Currency: t.Currency,
 		IdempotencyKey: nullable(t.IdempotencyKey), RequestFingerprint: nullable(t.RequestFingerprint),
 	})
 	if err == nil {

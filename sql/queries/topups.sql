@@ -3,17 +3,17 @@
 -- Idempotency-Key and request fingerprint when one was sent. Returns no row when the account already
 -- has an order under that key (topups_idempotency_key; a concurrent insert of the same key waits for
 -- the first and then returns none). Fails with topups_account_fk when the account does not exist.
-INSERT INTO topups (id, account_id, amount, currency, idempotency_key, request_fingerprint)
-VALUES (@id, @account_id, @amount, @currency, sqlc.narg(idempotency_key), sqlc.narg(request_fingerprint))
+INSERT INTO topups (id, account_id, amount, credits, currency, idempotency_key, request_fingerprint)
+VALUES (@id, @account_id, @amount, @credits, @currency, sqlc.narg(idempotency_key), sqlc.narg(request_fingerprint))
 ON CONFLICT (account_id, idempotency_key) DO NOTHING
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-          idempotency_key, request_fingerprint;
+          idempotency_key, request_fingerprint, credits;
 
 -- name: TopupsGetByIdempotencyKey :one
 -- The order the account created under an Idempotency-Key, with its request fingerprint. Returns no row
 -- when there is none.
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE account_id = @account_id
   AND idempotency_key = @idempotency_key::text;
@@ -41,7 +41,7 @@ WHERE u.id = @id
   AND (u.session_id IS NULL OR u.session_id = @session_id::text)
   AND EXISTS (SELECT 1 FROM claimed)
 RETURNING u.id, u.account_id, u.session_id, u.payment_intent, u.amount, u.currency, u.status, u.checkout_url, u.paid_event_id,
-          u.created_at, u.paid_at, u.idempotency_key, u.request_fingerprint;
+          u.created_at, u.paid_at, u.idempotency_key, u.request_fingerprint, u.credits;
 
 -- name: TopupsExpire :execrows
 -- The pending -> expired transition of a session's order (checkout.session.expired), conditional like
@@ -54,14 +54,14 @@ WHERE session_id = @session_id
 -- name: TopupsGet :one
 -- Returns no row when the order does not exist.
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE id = @id;
 
 -- name: TopupsGetBySession :one
 -- Returns no row when the session has no order.
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE session_id = @session_id;
 
@@ -69,7 +69,7 @@ WHERE session_id = @session_id;
 -- The paid order of a payment: how refunds and disputes, whose own metadata is empty, find their
 -- account. Returns no row when the payment is not (yet) recorded.
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE payment_intent = @payment_intent::text;
 
@@ -111,7 +111,7 @@ WITH pay AS (
       AND t.amount = s.amount
       AND lower(t.currency) = lower(s.currency)
     RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
-              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
+              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint, t.credits
 ), paid_by_id AS (
     UPDATE topups t
     SET status = 'paid', payment_intent = s.payment_intent, paid_event_id = s.paid_event_id, paid_at = now()
@@ -125,7 +125,7 @@ WITH pay AS (
       AND t.amount = s.amount
       AND lower(t.currency) = lower(s.currency)
     RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
-              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
+              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint, t.credits
 ), to_record AS (
     SELECT s.id, a.id AS account_id, s.session_id, s.amount, a.currency, s.payment_intent, s.paid_event_id
     FROM pay s
@@ -136,14 +136,14 @@ WITH pay AS (
     SELECT c.key
     FROM claim_keys(ARRAY(SELECT 'sessions:' || r.session_id FROM to_record r), ARRAY(SELECT r.account_id FROM to_record r)) AS c (key)
 ), recorded_paid AS (
-    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT r.id, r.account_id, r.session_id, r.amount, r.currency, 'paid', r.payment_intent, r.paid_event_id, now()
+    INSERT INTO topups (id, account_id, session_id, amount, credits, currency, status, payment_intent, paid_event_id, paid_at)
+    SELECT r.id, r.account_id, r.session_id, r.amount, r.amount, r.currency, 'paid', r.payment_intent, r.paid_event_id, now()
     FROM to_record r
     WHERE 'sessions:' || r.session_id IN (SELECT key FROM sessions_claimed)
     -- The session's key alone: a payment that paid another order still fails the statement.
     ON CONFLICT ON CONSTRAINT topups_session_id_key DO NOTHING
     RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
-              created_at, paid_at, idempotency_key, request_fingerprint
+              created_at, paid_at, idempotency_key, request_fingerprint, credits
 ), paid AS (
     SELECT * FROM paid_by_session
     UNION ALL
@@ -156,7 +156,7 @@ WITH pay AS (
                         'topups', 'topups_payment_intent_key')
 )
 SELECT p.id, p.account_id, p.session_id, p.payment_intent, p.amount, p.currency, p.status, p.checkout_url,
-       p.paid_event_id, p.created_at, p.paid_at, p.idempotency_key, p.request_fingerprint
+       p.paid_event_id, p.created_at, p.paid_at, p.idempotency_key, p.request_fingerprint, p.credits
 FROM paid p, payments_claimed;
 
 -- name: TopupsListForPayments :many
@@ -164,7 +164,7 @@ FROM paid p, payments_claimed;
 -- topups_session_id_key, topups_pkey): what makes a listed Stripe object this deployment's, for the
 -- drift pass, and the account it is on. Ids that name no order return nothing.
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE payment_intent = ANY(@payment_intents::text[])
    OR session_id = ANY(@session_ids::text[])

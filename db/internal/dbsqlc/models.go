@@ -63,6 +63,8 @@ type Account struct {
 	RechargeStatusNextEligibleAt *time.Time
 	// How many times the status changed: the number of its last recharge_status_changes row.
 	RechargeStatusSeq int64
+	// What the balance counts: currency (the minor unit of the account's currency; top-ups are paid in that currency) or credits (a unit of the product's own; top-ups may be paid in any currency, at their order's price). Chosen when the account is created.
+	Unit string
 }
 
 // Who did what: one row per mutating request, refused request and console action; append-only.
@@ -132,6 +134,10 @@ type CreditLot struct {
 	CreatedAt time.Time
 	// Set when an expiry or void entry took the remaining; a closed lot is never drawn again (a refill of a closed lot expires at once).
 	ClosedAt *time.Time
+	// What was paid for the lot's credit, in cost_currency's minor units: a paid top-up's price, an adjustment's named cost; 0 for grants, promotional adjustments, restores beyond their reversal, and every lot made before migration 000024 (their price was never recorded with them). Recognised as the lot is drawn (revenue_recognitions).
+	CostAmount int64
+	// The currency of cost_amount (lower case ISO 4217); NULL only when nothing was paid.
+	CostCurrency *string
 }
 
 // Billable decisions as the product reported them. Billing posts one usage entry keyed decision:{id}; ledger_dedupe_idx, not a flag here, makes re-reading a decision harmless. No foreign key to accounts: a decision may arrive before its account and is billed once the account exists.
@@ -213,6 +219,10 @@ type LedgerEntry struct {
 	Subject *string
 	// What the entry was spent on: the feature of the hold or decision it was posted for (or of the adjustment that named one); NULL: nothing named.
 	Feature *string
+	// For a credit: what was paid for it, in lot_cost_currency's minor units (a paid top-up: its order's price; an adjustment that names its cost); the lot it makes records it. NULL: nothing was paid (cost 0).
+	LotCostAmount *int64
+	// The currency of lot_cost_amount (lower case ISO 4217); NULL with it.
+	LotCostCurrency *string
 }
 
 // The debits not yet fully drawn: the account's debt, debit by debit. The next credit's lot draws them oldest first (by seq) and the row goes once the debit is covered.
@@ -321,6 +331,28 @@ type RechargeWindow struct {
 	MaxAmount *int64
 }
 
+// What each movement of a priced lot (cost_amount > 0) recognised of its cost, written with the movement by ledger_lots (lots_draw, lots_apply_entry) in the transaction of the entry. The lot's drawn credits (amount - remaining) after a movement decide the cost recognised so far: floor(cost_amount * drawn / amount), so a lot drawn to zero has recognised exactly its cost (largest remainder, to the minor unit), and a row's amount is the difference it made. Append-only (revenue_recognitions_append_only).
+type RevenueRecognition struct {
+	AccountID string
+	LotID     int64
+	// The ledger entry that moved the lot: the debit that drew it (usage, capture, negative adjustment, refund, dispute, expiry, void) or the restore that refilled it.
+	EntryID int64
+	// The ledger entry whose posting wrote the row: entry_id itself, except for a debit that was debt when posted and drew this lot later (the credit or restore that repaid it). Its created_at is the row's.
+	PostingEntryID int64
+	// recognised: a debit's draw (usage, capture, negative adjustment), revenue earned; breakage: an expiry or void took the lot's remaining, revenue of credits never used; refunded / disputed: a refund / dispute drew the lot, money given back; restored: a refund_restore or dispute_won refilled the lot, the reverse of refunded / disputed (the cost is deferred again).
+	Kind string
+	// The credits the movement drew from the lot (restored: gave back to it).
+	Credits int64
+	// The lot's drawn credits (amount - remaining) right after the movement.
+	DrawnAfter int64
+	// The cost the movement recognised (restored: deferred again), in currency's minor units: floor(cost * drawn_after / lot amount) - floor(cost * drawn_before / lot amount), drawn_before being drawn_after -/+ credits. Never negative; the kind says the direction.
+	Amount int64
+	// The lot's cost_currency.
+	Currency string
+	// When it was recognised: the created_at of posting_entry_id.
+	CreatedAt time.Time
+}
+
 // A cap on what an account (or one subject or feature of it) spends per calendar period in UTC on the database clock. Hard: an authorisation that would take a window beyond it is refused. Soft: crossing it sends limit.reached once per window. Replacing a limit keeps what its windows counted.
 type SpendLimit struct {
 	AccountID string
@@ -421,8 +453,9 @@ type Topup struct {
 	AccountID     string
 	SessionID     *string
 	PaymentIntent *string
-	Amount        int64
-	Currency      string
+	// The price: what the payment must be, in the minor units of currency. Paid exactly, or not at all.
+	Amount   int64
+	Currency string
 	// pending until the webhook's conditional UPDATE ... WHERE status = 'pending' makes it paid (at most once; only the transaction that made that transition posts the credit) or expired (checkout.session.expired). A completion arriving for an expired order credits nothing and is parked order_expired.
 	Status      string
 	CheckoutURL *string
@@ -433,4 +466,6 @@ type Topup struct {
 	IdempotencyKey *string
 	// A digest of the request body sent with idempotency_key: the same key with another body is a conflict.
 	RequestFingerprint *string
+	// What the order buys: the credit posted when it is paid (orders before migration 000024: the amount).
+	Credits int64
 }

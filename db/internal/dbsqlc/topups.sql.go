@@ -29,7 +29,7 @@ func (q *Queries) TopupsExpire(ctx context.Context, sessionID *string) (int64, e
 
 const topupsGet = `-- name: TopupsGet :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE id = $1
 `
@@ -52,13 +52,14 @@ func (q *Queries) TopupsGet(ctx context.Context, id string) (Topup, error) {
 		&i.PaidAt,
 		&i.IdempotencyKey,
 		&i.RequestFingerprint,
+		&i.Credits,
 	)
 	return i, err
 }
 
 const topupsGetByIdempotencyKey = `-- name: TopupsGetByIdempotencyKey :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE account_id = $1
   AND idempotency_key = $2::text
@@ -88,13 +89,14 @@ func (q *Queries) TopupsGetByIdempotencyKey(ctx context.Context, arg TopupsGetBy
 		&i.PaidAt,
 		&i.IdempotencyKey,
 		&i.RequestFingerprint,
+		&i.Credits,
 	)
 	return i, err
 }
 
 const topupsGetByPaymentIntent = `-- name: TopupsGetByPaymentIntent :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE payment_intent = $1::text
 `
@@ -118,13 +120,14 @@ func (q *Queries) TopupsGetByPaymentIntent(ctx context.Context, paymentIntent st
 		&i.PaidAt,
 		&i.IdempotencyKey,
 		&i.RequestFingerprint,
+		&i.Credits,
 	)
 	return i, err
 }
 
 const topupsGetBySession = `-- name: TopupsGetBySession :one
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE session_id = $1
 `
@@ -147,22 +150,24 @@ func (q *Queries) TopupsGetBySession(ctx context.Context, sessionID *string) (To
 		&i.PaidAt,
 		&i.IdempotencyKey,
 		&i.RequestFingerprint,
+		&i.Credits,
 	)
 	return i, err
 }
 
 const topupsInsertPending = `-- name: TopupsInsertPending :one
-INSERT INTO topups (id, account_id, amount, currency, idempotency_key, request_fingerprint)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO topups (id, account_id, amount, credits, currency, idempotency_key, request_fingerprint)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (account_id, idempotency_key) DO NOTHING
 RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-          idempotency_key, request_fingerprint
+          idempotency_key, request_fingerprint, credits
 `
 
 type TopupsInsertPendingParams struct {
 	ID                 string
 	AccountID          string
 	Amount             int64
+	Credits            int64
 	Currency           string
 	IdempotencyKey     *string
 	RequestFingerprint *string
@@ -177,6 +182,7 @@ func (q *Queries) TopupsInsertPending(ctx context.Context, arg TopupsInsertPendi
 		arg.ID,
 		arg.AccountID,
 		arg.Amount,
+		arg.Credits,
 		arg.Currency,
 		arg.IdempotencyKey,
 		arg.RequestFingerprint,
@@ -196,13 +202,14 @@ func (q *Queries) TopupsInsertPending(ctx context.Context, arg TopupsInsertPendi
 		&i.PaidAt,
 		&i.IdempotencyKey,
 		&i.RequestFingerprint,
+		&i.Credits,
 	)
 	return i, err
 }
 
 const topupsListForPayments = `-- name: TopupsListForPayments :many
 SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at,
-       idempotency_key, request_fingerprint
+       idempotency_key, request_fingerprint, credits
 FROM topups
 WHERE payment_intent = ANY($1::text[])
    OR session_id = ANY($2::text[])
@@ -241,6 +248,7 @@ func (q *Queries) TopupsListForPayments(ctx context.Context, arg TopupsListForPa
 			&i.PaidAt,
 			&i.IdempotencyKey,
 			&i.RequestFingerprint,
+			&i.Credits,
 		); err != nil {
 			return nil, err
 		}
@@ -274,7 +282,7 @@ WITH pay AS (
       AND t.amount = s.amount
       AND lower(t.currency) = lower(s.currency)
     RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
-              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
+              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint, t.credits
 ), paid_by_id AS (
     UPDATE topups t
     SET status = 'paid', payment_intent = s.payment_intent, paid_event_id = s.paid_event_id, paid_at = now()
@@ -288,7 +296,7 @@ WITH pay AS (
       AND t.amount = s.amount
       AND lower(t.currency) = lower(s.currency)
     RETURNING t.id, t.account_id, t.session_id, t.payment_intent, t.amount, t.currency, t.status, t.checkout_url,
-              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint
+              t.paid_event_id, t.created_at, t.paid_at, t.idempotency_key, t.request_fingerprint, t.credits
 ), to_record AS (
     SELECT s.id, a.id AS account_id, s.session_id, s.amount, a.currency, s.payment_intent, s.paid_event_id
     FROM pay s
@@ -299,27 +307,27 @@ WITH pay AS (
     SELECT c.key
     FROM claim_keys(ARRAY(SELECT 'sessions:' || r.session_id FROM to_record r), ARRAY(SELECT r.account_id FROM to_record r)) AS c (key)
 ), recorded_paid AS (
-    INSERT INTO topups (id, account_id, session_id, amount, currency, status, payment_intent, paid_event_id, paid_at)
-    SELECT r.id, r.account_id, r.session_id, r.amount, r.currency, 'paid', r.payment_intent, r.paid_event_id, now()
+    INSERT INTO topups (id, account_id, session_id, amount, credits, currency, status, payment_intent, paid_event_id, paid_at)
+    SELECT r.id, r.account_id, r.session_id, r.amount, r.amount, r.currency, 'paid', r.payment_intent, r.paid_event_id, now()
     FROM to_record r
     WHERE 'sessions:' || r.session_id IN (SELECT key FROM sessions_claimed)
     -- The session's key alone: a payment that paid another order still fails the statement.
     ON CONFLICT ON CONSTRAINT topups_session_id_key DO NOTHING
     RETURNING id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id,
-              created_at, paid_at, idempotency_key, request_fingerprint
+              created_at, paid_at, idempotency_key, request_fingerprint, credits
 ), paid AS (
-    SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at, idempotency_key, request_fingerprint FROM paid_by_session
+    SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at, idempotency_key, request_fingerprint, credits FROM paid_by_session
     UNION ALL
-    SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at, idempotency_key, request_fingerprint FROM paid_by_id
+    SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at, idempotency_key, request_fingerprint, credits FROM paid_by_id
     UNION ALL
-    SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at, idempotency_key, request_fingerprint FROM recorded_paid
+    SELECT id, account_id, session_id, payment_intent, amount, currency, status, checkout_url, paid_event_id, created_at, paid_at, idempotency_key, request_fingerprint, credits FROM recorded_paid
 ), payments_claimed AS (
     SELECT claim_unique(ARRAY(SELECT 'payments:' || p.payment_intent FROM paid p WHERE p.payment_intent IS NOT NULL),
                         ARRAY(SELECT p.account_id FROM paid p WHERE p.payment_intent IS NOT NULL),
                         'topups', 'topups_payment_intent_key')
 )
 SELECT p.id, p.account_id, p.session_id, p.payment_intent, p.amount, p.currency, p.status, p.checkout_url,
-       p.paid_event_id, p.created_at, p.paid_at, p.idempotency_key, p.request_fingerprint
+       p.paid_event_id, p.created_at, p.paid_at, p.idempotency_key, p.request_fingerprint, p.credits
 FROM paid p, payments_claimed
 `
 
@@ -347,6 +355,7 @@ type TopupsPayRow struct {
 	PaidAt             *time.Time
 	IdempotencyKey     *string
 	RequestFingerprint *string
+	Credits            int64
 }
 
 // The one statement that pays orders (every path: the webhook's general path and its happy path, a
@@ -396,6 +405,7 @@ func (q *Queries) TopupsPay(ctx context.Context, arg TopupsPayParams) ([]TopupsP
 			&i.PaidAt,
 			&i.IdempotencyKey,
 			&i.RequestFingerprint,
+			&i.Credits,
 		); err != nil {
 			return nil, err
 		}
@@ -425,7 +435,7 @@ WHERE u.id = $3
   AND (u.session_id IS NULL OR u.session_id = $1::text)
   AND EXISTS (SELECT 1 FROM claimed)
 RETURNING u.id, u.account_id, u.session_id, u.payment_intent, u.amount, u.currency, u.status, u.checkout_url, u.paid_event_id,
-          u.created_at, u.paid_at, u.idempotency_key, u.request_fingerprint
+          u.created_at, u.paid_at, u.idempotency_key, u.request_fingerprint, u.credits
 `
 
 type TopupsSetSessionParams struct {
@@ -456,6 +466,7 @@ func (q *Queries) TopupsSetSession(ctx context.Context, arg TopupsSetSessionPara
 		&i.PaidAt,
 		&i.IdempotencyKey,
 		&i.RequestFingerprint,
+		&i.Credits,
 	)
 	return i, err
 }
