@@ -72,6 +72,8 @@ var errorTable = []struct {
 	{db.ErrLotNotFound, http.StatusNotFound, "lot_not_found"},
 	{db.ErrLimitExceeded, http.StatusConflict, "limit_exceeded"},
 	{db.ErrLimitNotFound, http.StatusNotFound, "limit_not_found"},
+	{db.ErrPeriodOpen, http.StatusBadRequest, "period_open"},
+	{db.ErrPeriodOutOfOrder, http.StatusConflict, "period_out_of_order"},
 	{db.ErrTransient, http.StatusServiceUnavailable, "unavailable"},
 	{stripeevents.ErrInvalidEvent, http.StatusBadRequest, "invalid_event"},
 	{stripeevents.ErrStripeUnavailable, http.StatusServiceUnavailable, "stripe_unavailable"},

@@ -50,6 +50,10 @@ func routes(d Deps) *mux.Router {
 	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(access.Operate, handleVoidLot(d)))
 	v1.handle(http.MethodGet, "/v1/stripe/events", apiKey(access.Read, handleListStripeEvents(d)))
 	v1.handle(http.MethodGet, "/v1/reports/stripe-drift", apiKey(access.Read, handleGetStripeDrift(d)))
+	v1.handle(http.MethodGet, "/v1/reports/liability", apiKey(access.Read, handleGetLiability(d)))
+	v1.handle(http.MethodGet, "/v1/reports/journal", apiKey(access.Read, handleGetJournal(d)))
+	v1.handle(http.MethodGet, "/v1/periods", apiKey(access.Read, handleListPeriods(d)))
+	v1.handle(http.MethodPost, "/v1/periods/{period}/close", apiKey(access.Operate, handleClosePeriod(d)))
 	v1.handle(http.MethodGet, "/v1/audit", apiKey(access.Admin, handleListAudit(d)))
 
 	// Stripe's webhook, authenticated by its signature.

@@ -55,6 +55,9 @@ var constraintErrors = map[[2]string]error{
 	{"ledger", "ledger_chain"}: ErrChainBroken,
 	// A payment already paid another order: crediting it again would count one payment twice.
 	{"topups", "topups_payment_intent_key"}: ErrDedupeConflict,
+	// Raised by revenue_periods_refuse_change, behind the triggers revenue_periods_frozen (and *_truncate).
+	{"revenue_periods", "revenue_periods_frozen"}:         ErrPeriodFrozen,
+	{"revenue_period_balances", "revenue_periods_frozen"}: ErrPeriodFrozen,
 }
 
 // MapError turns a PostgreSQL error into a sentinel, by SQLSTATE, table and constraint name, keeping the

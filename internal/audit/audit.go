@@ -24,7 +24,7 @@ type Recorder struct {
 
 // Of is the record of r, answered with status: its action is the method and route pattern (prefixed,
 // e.g. "console "), its ids the route's variables (the account of a route under /v1/accounts/, then
-// the hold; else the route's one id), its remote address the connection's.
+// the hold; else the route's one id, or period), its remote address the connection's.
 func Of(r *http.Request, prefix, keyName string, status int, outcome string) db.AuditRecord {
 	pattern := r.URL.Path
 	if route := mux.CurrentRoute(r); route != nil {
@@ -39,6 +39,9 @@ func Of(r *http.Request, prefix, keyName string, status int, outcome string) db.
 		rec.AccountID, rec.TargetID = vars["id"], vars["hold_id"]
 	} else {
 		rec.TargetID = vars["id"]
+		if rec.TargetID == "" {
+			rec.TargetID = vars["period"] // a period closed: the month
+		}
 	}
 	rec.Action, rec.AccountID, rec.TargetID = text(rec.Action), text(rec.AccountID), text(rec.TargetID)
 	return rec

@@ -69,6 +69,19 @@ type Config struct {
 	// whose name was rebound to this server's address is refused (DNS rebinding). ALLOWED_HOSTS,
 	// comma-separated; `make run` sets 127.0.0.1 and localhost.
 	AllowedHosts []string
+	// Journal names the general-ledger accounts of the revenue journal (GET /v1/reports/journal).
+	Journal JournalAccounts
+}
+
+// JournalAccounts are the general-ledger account names the revenue journal books to, each from its
+// JOURNAL_ACCOUNT_* variable (docs/operating.md), defaulting to the name in its comment.
+type JournalAccounts struct {
+	DeferredRevenue string // JOURNAL_ACCOUNT_DEFERRED_REVENUE, "Deferred revenue": credits sold, not used yet
+	Revenue         string // JOURNAL_ACCOUNT_REVENUE, "Revenue": credits used
+	Breakage        string // JOURNAL_ACCOUNT_BREAKAGE, "Breakage revenue": credits expired or voided unused
+	Cash            string // JOURNAL_ACCOUNT_CASH, "Cash": what customers paid
+	Refunds         string // JOURNAL_ACCOUNT_REFUNDS, "Refunds": what was paid back
+	Chargebacks     string // JOURNAL_ACCOUNT_CHARGEBACKS, "Chargebacks": what disputes took back
 }
 
 // Tracing is read from OpenTelemetry's standard variables, the subset an OTLP/HTTP exporter of
@@ -114,6 +127,14 @@ func Load(getenv func(string) string) (Config, error) {
 		NotifySecret:    getenv("NOTIFY_SECRET"),
 		DataDir:         or(getenv("ONCELEDGER_DATA_DIR"), ".data"),
 		AllowedHosts:    list(strings.ToLower(getenv("ALLOWED_HOSTS"))),
+		Journal: JournalAccounts{
+			DeferredRevenue: or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_DEFERRED_REVENUE")), "Deferred revenue"),
+			Revenue:         or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_REVENUE")), "Revenue"),
+			Breakage:        or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_BREAKAGE")), "Breakage revenue"),
+			Cash:            or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_CASH")), "Cash"),
+			Refunds:         or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_REFUNDS")), "Refunds"),
+			Chargebacks:     or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_CHARGEBACKS")), "Chargebacks"),
+		},
 	}
 	var errs []error
 	var err error

@@ -331,6 +331,30 @@ type RechargeWindow struct {
 	MaxAmount *int64
 }
 
+// A closed month: its liability report as stored when it was closed, and the SHA-256 of that CSV. Append-only; a Citus reference table (deployment-wide, no account).
+type RevenuePeriod struct {
+	// The month's first day (UTC): the period runs to the next month's first day.
+	Period   pgtype.Date
+	ClosedAt time.Time
+	// The liability report of the month (GET /v1/reports/liability, CSV), as the month answers it from now on.
+	ReportCsv string
+	// SHA-256 of report_csv (lower-case hex): the Report-Digest header.
+	Digest string
+}
+
+// For each closed month, currency and measure: the total of that measure from the beginning up to the month's end, as counted when the month closed. The next period opens from these totals. Append-only; a Citus reference table.
+type RevenuePeriodBalance struct {
+	Period   pgtype.Date
+	Currency string
+	Measure  string
+	// In the currency's minor units.
+	Amount int64
+	// The credits of paid lots the measure counts.
+	PaidCredits int64
+	// The credits of promotional lots the measure counts.
+	PromotionalCredits int64
+}
+
 // What each movement of a priced lot (cost_amount > 0) recognised of its cost, written with the movement by ledger_lots (lots_draw, lots_apply_entry) in the transaction of the entry. The lot's drawn credits (amount - remaining) after a movement decide the cost recognised so far: floor(cost_amount * drawn / amount), so a lot drawn to zero has recognised exactly its cost (largest remainder, to the minor unit), and a row's amount is the difference it made. Append-only (revenue_recognitions_append_only).
 type RevenueRecognition struct {
 	AccountID string
