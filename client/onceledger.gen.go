@@ -512,6 +512,24 @@ func (e GetStatementParamsFormat) Valid() bool {
 	}
 }
 
+// Defines values for GetLiabilityReportParamsFormat.
+const (
+	GetLiabilityReportParamsFormatCSV  GetLiabilityReportParamsFormat = "csv"
+	GetLiabilityReportParamsFormatJSON GetLiabilityReportParamsFormat = "json"
+)
+
+// Valid indicates whether the value is a known member of the GetLiabilityReportParamsFormat enum.
+func (e GetLiabilityReportParamsFormat) Valid() bool {
+	switch e {
+	case GetLiabilityReportParamsFormatCSV:
+		return true
+	case GetLiabilityReportParamsFormatJSON:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListStripeEventsParamsOutcome.
 const (
 	ListStripeEventsParamsOutcomeApplied  ListStripeEventsParamsOutcome = "applied"
@@ -621,8 +639,34 @@ type CaptureResult struct {
 	Posted bool `json:"posted"`
 }
 
+// ClosedPeriod defines model for ClosedPeriod.
+type ClosedPeriod struct {
+	ClosedAt time.Time `json:"closed_at"`
+
+	// Digest SHA-256 of the stored report CSV.
+	Digest string `json:"digest"`
+
+	// Period YYYY-MM
+	Period string `json:"period"`
+}
+
 // Currency Lower-case ISO 4217 code, as Stripe writes it. Never converted.
 type Currency = string
+
+// CurrencyLiability defines model for CurrencyLiability.
+type CurrencyLiability struct {
+	Breakage        RevenueAmount `json:"breakage"`
+	ClosingDeferred RevenueAmount `json:"closing_deferred"`
+
+	// Currency Lower-case ISO 4217 code, as Stripe writes it. Never converted.
+	Currency        Currency      `json:"currency"`
+	Disputed        RevenueAmount `json:"disputed"`
+	OpeningDeferred RevenueAmount `json:"opening_deferred"`
+	Purchased       RevenueAmount `json:"purchased"`
+	Recognised      RevenueAmount `json:"recognised"`
+	Refunded        RevenueAmount `json:"refunded"`
+	Restored        RevenueAmount `json:"restored"`
+}
 
 // Cursor Pass as the next request's cursor; null on the last page.
 type Cursor = string
@@ -751,6 +795,16 @@ type HoldResult struct {
 	Hold Hold `json:"hold"`
 }
 
+// LiabilityReport defines model for LiabilityReport.
+type LiabilityReport struct {
+	Currencies []CurrencyLiability `json:"currencies"`
+	From       time.Time           `json:"from"`
+
+	// Period The closed month (YYYY-MM) whose stored report this is; null when computed.
+	Period *string   `json:"period"`
+	To     time.Time `json:"to"`
+}
+
 // LimitsResult defines model for LimitsResult.
 type LimitsResult struct {
 	Limits []SpendLimit `json:"limits"`
@@ -826,6 +880,18 @@ type RechargeBudget struct {
 
 // RechargeBudgetPeriod defines model for RechargeBudget.Period.
 type RechargeBudgetPeriod string
+
+// RevenueAmount defines model for RevenueAmount.
+type RevenueAmount struct {
+	// Amount Money, in the currency's minor units.
+	Amount int64 `json:"amount"`
+
+	// PaidCredits The credits of paid lots it concerns.
+	PaidCredits int64 `json:"paid_credits"`
+
+	// PromotionalCredits The credits of promotional lots it concerns.
+	PromotionalCredits int64 `json:"promotional_credits"`
+}
 
 // SpendLimit defines model for SpendLimit.
 type SpendLimit struct {
@@ -1170,6 +1236,30 @@ type ListAuditParams struct {
 
 // PostDecisionsJSONBody defines parameters for PostDecisions.
 type PostDecisionsJSONBody = []Decision
+
+// GetJournalParams defines parameters for GetJournal.
+type GetJournalParams struct {
+	// From The period's start (inclusive), RFC 3339.
+	From time.Time `form:"from" json:"from"`
+
+	// To The period's end (exclusive), RFC 3339; not before `from`, at most 366 days after it.
+	To time.Time `form:"to" json:"to"`
+}
+
+// GetLiabilityReportParams defines parameters for GetLiabilityReport.
+type GetLiabilityReportParams struct {
+	// From The period's start (inclusive), RFC 3339.
+	From time.Time `form:"from" json:"from"`
+
+	// To The period's end (exclusive), RFC 3339; not before `from`.
+	To time.Time `form:"to" json:"to"`
+
+	// Format `csv` or `json`; when absent, the Accept header decides (JSON unless it names text/csv).
+	Format *GetLiabilityReportParamsFormat `form:"format,omitempty" json:"format,omitempty"`
+}
+
+// GetLiabilityReportParamsFormat defines parameters for GetLiabilityReport.
+type GetLiabilityReportParamsFormat string
 
 // ListStripeEventsParams defines parameters for ListStripeEvents.
 type ListStripeEventsParams struct {
@@ -1620,6 +1710,55 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/lots/{id}/void (the `VoidLot` operationId).
 	VoidLot(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPeriods The closed months, latest first.
+	//
+	// At most 120, each with when it closed and the SHA-256 of its stored report.
+	//
+	// Corresponds with GET /v1/periods (the `ListPeriods` operationId).
+	ListPeriods(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ClosePeriod Close a month, once; its liability report never changes after.
+	//
+	// Stores the month's liability report (the CSV `GET /v1/reports/liability` answers for the month) with
+	// its SHA-256, and the totals the next period opens from, and answers the CSV with the digest in
+	// `Report-Digest`. Closing it again answers the stored report and digest (200, nothing written). Only
+	// a month that has ended by the database's clock, and not before a month already closed. Whatever
+	// reaches a closed month later (a transaction that committed after the close) is counted in the open
+	// period. No body. Recorded in the audit trail with the close.
+	//
+	// Corresponds with POST /v1/periods/{period}/close (the `ClosePeriod` operationId).
+	ClosePeriod(ctx context.Context, period string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetJournal The revenue journal of a period, as CSV for a general ledger.
+	//
+	// One line per purchase (a lot that cost money), recognition, breakage, refund, dispute and restore
+	// dated from `from` (inclusive) to `to` (exclusive), in date order: the header row
+	// `date,account,debit_account,credit_account,amount,currency,entry_id,kind`, then each line a debit and a
+	// credit of the same amount between two general-ledger accounts, named by the `JOURNAL_ACCOUNT_*`
+	// settings (docs/operating.md): purchase Cash → Deferred revenue, recognised Deferred revenue → Revenue,
+	// breakage Deferred revenue → Breakage revenue, refunded Deferred revenue → Refunds, disputed Deferred
+	// revenue → Chargebacks, and restores (`refund_restore`, `dispute_won`) the reverse of their reversal.
+	// Streamed as it is read; a failure after the first byte cuts the connection.
+	//
+	// Corresponds with GET /v1/reports/journal (the `GetJournal` operationId).
+	GetJournal(ctx context.Context, params *GetJournalParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLiabilityReport The deferred-revenue rollforward of a period, per currency, as JSON or CSV.
+	//
+	// Per currency (the lots' cost currency): `opening_deferred`, `purchased`, `recognised`, `breakage`,
+	// `refunded`, `disputed`, `restored` and `closing_deferred`, each as money (`amount`, minor units) and as
+	// the credits it concerns, split `paid_credits` / `promotional_credits`. It ties to the cent: closing =
+	// opening + purchased − recognised − breakage − refunded − disputed + restored. Aggregated in the
+	// database: any number of entries is served in constant memory. A range that is exactly a closed month
+	// (`from` its first instant, `to` the next month's, UTC) answers the report stored when the month
+	// closed, with its digest in `Report-Digest` and `period` set; a period that opens where a closed month
+	// ended opens with what that month stored. `Accept: text/csv` or `?format=csv` answers CSV: the header
+	// row `currency,line,amount,paid_credits,promotional_credits`, then eight lines per currency in the
+	// order above. docs/finance.md explains every line.
+	//
+	// Corresponds with GET /v1/reports/liability (the `GetLiabilityReport` operationId).
+	GetLiabilityReport(ctx context.Context, params *GetLiabilityReportParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetStripeDrift Whether Stripe and the ledger agree.
 	//
@@ -2287,6 +2426,95 @@ func (c *Client) PostDecisions(ctx context.Context, body PostDecisionsJSONReques
 // Corresponds with POST /v1/lots/{id}/void (the `VoidLot` operationId).
 func (c *Client) VoidLot(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewVoidLotRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPeriods The closed months, latest first.
+//
+// At most 120, each with when it closed and the SHA-256 of its stored report.
+//
+// Corresponds with GET /v1/periods (the `ListPeriods` operationId).
+func (c *Client) ListPeriods(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPeriodsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ClosePeriod Close a month, once; its liability report never changes after.
+//
+// Stores the month's liability report (the CSV `GET /v1/reports/liability` answers for the month) with
+// its SHA-256, and the totals the next period opens from, and answers the CSV with the digest in
+// `Report-Digest`. Closing it again answers the stored report and digest (200, nothing written). Only
+// a month that has ended by the database's clock, and not before a month already closed. Whatever
+// reaches a closed month later (a transaction that committed after the close) is counted in the open
+// period. No body. Recorded in the audit trail with the close.
+//
+// Corresponds with POST /v1/periods/{period}/close (the `ClosePeriod` operationId).
+func (c *Client) ClosePeriod(ctx context.Context, period string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClosePeriodRequest(c.Server, period)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetJournal The revenue journal of a period, as CSV for a general ledger.
+//
+// One line per purchase (a lot that cost money), recognition, breakage, refund, dispute and restore
+// dated from `from` (inclusive) to `to` (exclusive), in date order: the header row
+// `date,account,debit_account,credit_account,amount,currency,entry_id,kind`, then each line a debit and a
+// credit of the same amount between two general-ledger accounts, named by the `JOURNAL_ACCOUNT_*`
+// settings (docs/operating.md): purchase Cash → Deferred revenue, recognised Deferred revenue → Revenue,
+// breakage Deferred revenue → Breakage revenue, refunded Deferred revenue → Refunds, disputed Deferred
+// revenue → Chargebacks, and restores (`refund_restore`, `dispute_won`) the reverse of their reversal.
+// Streamed as it is read; a failure after the first byte cuts the connection.
+//
+// Corresponds with GET /v1/reports/journal (the `GetJournal` operationId).
+func (c *Client) GetJournal(ctx context.Context, params *GetJournalParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetJournalRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLiabilityReport The deferred-revenue rollforward of a period, per currency, as JSON or CSV.
+//
+// Per currency (the lots' cost currency): `opening_deferred`, `purchased`, `recognised`, `breakage`,
+// `refunded`, `disputed`, `restored` and `closing_deferred`, each as money (`amount`, minor units) and as
+// the credits it concerns, split `paid_credits` / `promotional_credits`. It ties to the cent: closing =
+// opening + purchased − recognised − breakage − refunded − disputed + restored. Aggregated in the
+// database: any number of entries is served in constant memory. A range that is exactly a closed month
+// (`from` its first instant, `to` the next month's, UTC) answers the report stored when the month
+// closed, with its digest in `Report-Digest` and `period` set; a period that opens where a closed month
+// ended opens with what that month stored. `Accept: text/csv` or `?format=csv` answers CSV: the header
+// row `currency,line,amount,paid_credits,promotional_credits`, then eight lines per currency in the
+// order above. docs/finance.md explains every line.
+//
+// Corresponds with GET /v1/reports/liability (the `GetLiabilityReport` operationId).
+func (c *Client) GetLiabilityReport(ctx context.Context, params *GetLiabilityReportParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLiabilityReportRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3452,6 +3680,195 @@ func NewVoidLotRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListPeriodsRequest constructs an http.Request for the ListPeriods method
+func NewListPeriodsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/periods")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewClosePeriodRequest constructs an http.Request for the ClosePeriod method
+func NewClosePeriodRequest(server string, period string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "period", period, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/periods/%s/close", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetJournalRequest constructs an http.Request for the GetJournal method
+func NewGetJournalRequest(server string, params *GetJournalParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/reports/journal")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetLiabilityReportRequest constructs an http.Request for the GetLiabilityReport method
+func NewGetLiabilityReportRequest(server string, params *GetLiabilityReportParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/reports/liability")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Format != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "format", *params.Format, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetStripeDriftRequest constructs an http.Request for the GetStripeDrift method
 func NewGetStripeDriftRequest(server string) (*http.Request, error) {
 	var err error
@@ -3997,6 +4414,63 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/lots/{id}/void (the `VoidLot` operationId).
 	VoidLotWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*VoidLotResponse, error)
+
+	// ListPeriodsWithResponse The closed months, latest first.
+	//
+	// At most 120, each with when it closed and the SHA-256 of its stored report.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/periods (the `ListPeriods` operationId).
+	ListPeriodsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPeriodsResponse, error)
+
+	// ClosePeriodWithResponse Close a month, once; its liability report never changes after.
+	//
+	// Stores the month's liability report (the CSV `GET /v1/reports/liability` answers for the month) with
+	// its SHA-256, and the totals the next period opens from, and answers the CSV with the digest in
+	// `Report-Digest`. Closing it again answers the stored report and digest (200, nothing written). Only
+	// a month that has ended by the database's clock, and not before a month already closed. Whatever
+	// reaches a closed month later (a transaction that committed after the close) is counted in the open
+	// period. No body. Recorded in the audit trail with the close.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/periods/{period}/close (the `ClosePeriod` operationId).
+	ClosePeriodWithResponse(ctx context.Context, period string, reqEditors ...RequestEditorFn) (*ClosePeriodResponse, error)
+
+	// GetJournalWithResponse The revenue journal of a period, as CSV for a general ledger.
+	//
+	// One line per purchase (a lot that cost money), recognition, breakage, refund, dispute and restore
+	// dated from `from` (inclusive) to `to` (exclusive), in date order: the header row
+	// `date,account,debit_account,credit_account,amount,currency,entry_id,kind`, then each line a debit and a
+	// credit of the same amount between two general-ledger accounts, named by the `JOURNAL_ACCOUNT_*`
+	// settings (docs/operating.md): purchase Cash → Deferred revenue, recognised Deferred revenue → Revenue,
+	// breakage Deferred revenue → Breakage revenue, refunded Deferred revenue → Refunds, disputed Deferred
+	// revenue → Chargebacks, and restores (`refund_restore`, `dispute_won`) the reverse of their reversal.
+	// Streamed as it is read; a failure after the first byte cuts the connection.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/reports/journal (the `GetJournal` operationId).
+	GetJournalWithResponse(ctx context.Context, params *GetJournalParams, reqEditors ...RequestEditorFn) (*GetJournalResponse, error)
+
+	// GetLiabilityReportWithResponse The deferred-revenue rollforward of a period, per currency, as JSON or CSV.
+	//
+	// Per currency (the lots' cost currency): `opening_deferred`, `purchased`, `recognised`, `breakage`,
+	// `refunded`, `disputed`, `restored` and `closing_deferred`, each as money (`amount`, minor units) and as
+	// the credits it concerns, split `paid_credits` / `promotional_credits`. It ties to the cent: closing =
+	// opening + purchased − recognised − breakage − refunded − disputed + restored. Aggregated in the
+	// database: any number of entries is served in constant memory. A range that is exactly a closed month
+	// (`from` its first instant, `to` the next month's, UTC) answers the report stored when the month
+	// closed, with its digest in `Report-Digest` and `period` set; a period that opens where a closed month
+	// ended opens with what that month stored. `Accept: text/csv` or `?format=csv` answers CSV: the header
+	// row `currency,line,amount,paid_credits,promotional_credits`, then eight lines per currency in the
+	// order above. docs/finance.md explains every line.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/reports/liability (the `GetLiabilityReport` operationId).
+	GetLiabilityReportWithResponse(ctx context.Context, params *GetLiabilityReportParams, reqEditors ...RequestEditorFn) (*GetLiabilityReportResponse, error)
 
 	// GetStripeDriftWithResponse Whether Stripe and the ledger agree.
 	//
@@ -6267,6 +6741,349 @@ func (r VoidLotResponse) ContentType() string {
 	return ""
 }
 
+// ListPeriodsResponse429Headers the declared response headers of an HTTP 429 response for ListPeriods
+type ListPeriodsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type ListPeriodsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Periods []ClosedPeriod `json:"periods"`
+	}
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPeriodsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPeriodsResponse) GetJSON200() *struct {
+	Periods []ClosedPeriod `json:"periods"`
+} {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListPeriodsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPeriodsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListPeriodsResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListPeriodsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPeriodsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPeriodsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPeriodsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPeriodsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ClosePeriodResponse200Headers the declared response headers of an HTTP 200 response for ClosePeriod
+type ClosePeriodResponse200Headers struct {
+	ReportDigest string
+}
+
+// ClosePeriodResponse429Headers the declared response headers of an HTTP 429 response for ClosePeriod
+type ClosePeriodResponse429Headers struct {
+	RetryAfter *int
+}
+
+type ClosePeriodResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ClosePeriodResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ClosePeriodResponse429Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ClosePeriodResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClosePeriodResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ClosePeriodResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ClosePeriodResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ClosePeriodResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ClosePeriodResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ClosePeriodResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ClosePeriodResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClosePeriodResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClosePeriodResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClosePeriodResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetJournalResponse429Headers the declared response headers of an HTTP 429 response for GetJournal
+type GetJournalResponse429Headers struct {
+	RetryAfter *int
+}
+
+type GetJournalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetJournalResponse429Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetJournalResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetJournalResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetJournalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetJournalResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetJournalResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetJournalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetJournalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetJournalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetJournalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetLiabilityReportResponse200Headers the declared response headers of an HTTP 200 response for GetLiabilityReport
+type GetLiabilityReportResponse200Headers struct {
+	ReportDigest *string
+}
+
+// GetLiabilityReportResponse429Headers the declared response headers of an HTTP 429 response for GetLiabilityReport
+type GetLiabilityReportResponse429Headers struct {
+	RetryAfter *int
+}
+
+type GetLiabilityReportResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LiabilityReport
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetLiabilityReportResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLiabilityReportResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLiabilityReportResponse) GetJSON200() *LiabilityReport {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetLiabilityReportResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetLiabilityReportResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetLiabilityReportResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetLiabilityReportResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetLiabilityReportResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLiabilityReportResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLiabilityReportResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLiabilityReportResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLiabilityReportResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetStripeDriftResponse429Headers the declared response headers of an HTTP 429 response for GetStripeDrift
 type GetStripeDriftResponse429Headers struct {
 	RetryAfter *int
@@ -7087,6 +7904,87 @@ func (c *ClientWithResponses) VoidLotWithResponse(ctx context.Context, id string
 		return nil, err
 	}
 	return ParseVoidLotResponse(rsp)
+}
+
+// ListPeriodsWithResponse The closed months, latest first.
+//
+// At most 120, each with when it closed and the SHA-256 of its stored report.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/periods (the `ListPeriods` operationId).
+func (c *ClientWithResponses) ListPeriodsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPeriodsResponse, error) {
+	rsp, err := c.ListPeriods(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPeriodsResponse(rsp)
+}
+
+// ClosePeriodWithResponse Close a month, once; its liability report never changes after.
+//
+// Stores the month's liability report (the CSV `GET /v1/reports/liability` answers for the month) with
+// its SHA-256, and the totals the next period opens from, and answers the CSV with the digest in
+// `Report-Digest`. Closing it again answers the stored report and digest (200, nothing written). Only
+// a month that has ended by the database's clock, and not before a month already closed. Whatever
+// reaches a closed month later (a transaction that committed after the close) is counted in the open
+// period. No body. Recorded in the audit trail with the close.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/periods/{period}/close (the `ClosePeriod` operationId).
+func (c *ClientWithResponses) ClosePeriodWithResponse(ctx context.Context, period string, reqEditors ...RequestEditorFn) (*ClosePeriodResponse, error) {
+	rsp, err := c.ClosePeriod(ctx, period, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClosePeriodResponse(rsp)
+}
+
+// GetJournalWithResponse The revenue journal of a period, as CSV for a general ledger.
+//
+// One line per purchase (a lot that cost money), recognition, breakage, refund, dispute and restore
+// dated from `from` (inclusive) to `to` (exclusive), in date order: the header row
+// `date,account,debit_account,credit_account,amount,currency,entry_id,kind`, then each line a debit and a
+// credit of the same amount between two general-ledger accounts, named by the `JOURNAL_ACCOUNT_*`
+// settings (docs/operating.md): purchase Cash → Deferred revenue, recognised Deferred revenue → Revenue,
+// breakage Deferred revenue → Breakage revenue, refunded Deferred revenue → Refunds, disputed Deferred
+// revenue → Chargebacks, and restores (`refund_restore`, `dispute_won`) the reverse of their reversal.
+// Streamed as it is read; a failure after the first byte cuts the connection.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/reports/journal (the `GetJournal` operationId).
+func (c *ClientWithResponses) GetJournalWithResponse(ctx context.Context, params *GetJournalParams, reqEditors ...RequestEditorFn) (*GetJournalResponse, error) {
+	rsp, err := c.GetJournal(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetJournalResponse(rsp)
+}
+
+// GetLiabilityReportWithResponse The deferred-revenue rollforward of a period, per currency, as JSON or CSV.
+//
+// Per currency (the lots' cost currency): `opening_deferred`, `purchased`, `recognised`, `breakage`,
+// `refunded`, `disputed`, `restored` and `closing_deferred`, each as money (`amount`, minor units) and as
+// the credits it concerns, split `paid_credits` / `promotional_credits`. It ties to the cent: closing =
+// opening + purchased − recognised − breakage − refunded − disputed + restored. Aggregated in the
+// database: any number of entries is served in constant memory. A range that is exactly a closed month
+// (`from` its first instant, `to` the next month's, UTC) answers the report stored when the month
+// closed, with its digest in `Report-Digest` and `period` set; a period that opens where a closed month
+// ended opens with what that month stored. `Accept: text/csv` or `?format=csv` answers CSV: the header
+// row `currency,line,amount,paid_credits,promotional_credits`, then eight lines per currency in the
+// order above. docs/finance.md explains every line.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/reports/liability (the `GetLiabilityReport` operationId).
+func (c *ClientWithResponses) GetLiabilityReportWithResponse(ctx context.Context, params *GetLiabilityReportParams, reqEditors ...RequestEditorFn) (*GetLiabilityReportResponse, error) {
+	rsp, err := c.GetLiabilityReport(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLiabilityReportResponse(rsp)
 }
 
 // GetStripeDriftWithResponse Whether Stripe and the ledger agree.
@@ -9097,6 +9995,320 @@ func ParseVoidLotResponse(rsp *http.Response) (*VoidLotResponse, error) {
 	switch {
 	case rsp.StatusCode == 429:
 		var headers VoidLotResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPeriodsResponse parses an HTTP response from a ListPeriodsWithResponse call
+func ParseListPeriodsResponse(rsp *http.Response) (*ListPeriodsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPeriodsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Periods []ClosedPeriod `json:"periods"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListPeriodsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseClosePeriodResponse parses an HTTP response from a ClosePeriodWithResponse call
+func ParseClosePeriodResponse(rsp *http.Response) (*ClosePeriodResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClosePeriodResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ClosePeriodResponse200Headers
+		if values := rsp.Header.Values("Report-Digest"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Report-Digest", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ReportDigest = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers ClosePeriodResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetJournalResponse parses an HTTP response from a GetJournalWithResponse call
+func ParseGetJournalResponse(rsp *http.Response) (*GetJournalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetJournalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetJournalResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLiabilityReportResponse parses an HTTP response from a GetLiabilityReportWithResponse call
+func ParseGetLiabilityReportResponse(rsp *http.Response) (*GetLiabilityReportResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLiabilityReportResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LiabilityReport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/csv) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetLiabilityReportResponse200Headers
+		if values := rsp.Header.Values("Report-Digest"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Report-Digest", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ReportDigest = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetLiabilityReportResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
