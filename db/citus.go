@@ -53,6 +53,15 @@ var keyedTables = [][2]string{
 	{"console_sessions", "id"},
 }
 
+// referenceTables belong to the deployment, not to an account, and hold a few rows written rarely and
+// read by every report: Citus keeps a copy of each on every node (create_reference_table), so they need
+// no distribution column and their keys and foreign keys hold as on plain PostgreSQL. Closed periods
+// (migration 000025 says why); a table whose foreign key names another comes after it.
+var referenceTables = []string{
+	"revenue_periods",
+	"revenue_period_balances",
+}
+
 // citusMarker is the table prepare.sql creates: its presence is what makes a database "on Citus"
 // (Distributed).
 const citusMarker = "dedupe_claims"
@@ -99,6 +108,11 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 			return err
 		}
 	}
+	for _, t := range referenceTables {
+		if err := distributeTable(ctx, conn, t, "", ""); err != nil {
+			return err
+		}
+	}
 	// Functions left on the coordinator when their migrations ran (the tables were not distributed yet)
 	// that triggers on the shards call on the workers: ledger_lots calls lots_apply_entry, and
 	// accounts_available_watch moves the recharge status with the shards' names.
@@ -115,7 +129,8 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 }
 
 // distributeTable distributes one table by column, colocated with the table colocateWith names (or "none"),
-// unless it is missing (a later migration adds it) or distributed already.
+// or with no column makes it a reference table, unless it is missing (a later migration adds it) or
+// distributed already.
 func distributeTable(ctx context.Context, conn *pgx.Conn, table, column, colocateWith string) error {
 	var todo bool
 	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
@@ -123,7 +138,11 @@ func distributeTable(ctx context.Context, conn *pgx.Conn, table, column, colocat
 	if err != nil || !todo {
 		return MapError(err)
 	}
-	_, err = conn.Exec(ctx, `SELECT create_distributed_table($1, $2, colocate_with => $3)`, table, column, colocateWith)
+	if column == "" {
+		_, err = conn.Exec(ctx, `SELECT create_reference_table($1)`, table)
+	} else {
+		_, err = conn.Exec(ctx, `SELECT create_distributed_table($1, $2, colocate_with => $3)`, table, column, colocateWith)
+	}
 	if err != nil {
 		return fmt.Errorf("distribute %s by %s: %w", table, column, err)
 	}

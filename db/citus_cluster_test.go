@@ -74,6 +74,8 @@ func TestCitusDistributesTheSchema(t *testing.T) {
 		"accounts": "id colocated=true", "stripe_events": "event_id colocated=false",
 		"dedupe_claims": "dedupe_key colocated=false", "stripe_drift_checkpoints": "window_start colocated=false",
 		"console_sessions": "id colocated=false",
+		// Reference tables: a copy on every node, no distribution column.
+		"revenue_periods": " colocated=false", "revenue_period_balances": " colocated=false",
 	}
 	for table, distribution := range got {
 		want, ok := keyed[table]

@@ -65,11 +65,13 @@ CREATE FUNCTION revenue_periods_refuse_change() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 BEGIN
-    RAISE EXCEPTION 'a closed period never changes: % of % refused', TG_OP, TG_TABLE_NAME
+    -- The table is named by the trigger's argument: on Citus the trigger runs on a copy (a shard) whose
+    -- name has a suffix, and Citus relays only the detail, which the application reads (db.MapError).
+    RAISE EXCEPTION 'a closed period never changes: % of % refused', TG_OP, TG_ARGV[0]
         USING ERRCODE = 'restrict_violation',
               CONSTRAINT = 'revenue_periods_frozen',
-              TABLE = TG_TABLE_NAME,
-              DETAIL = format('constraint revenue_periods_frozen on table %s', TG_TABLE_NAME),
+              TABLE = TG_ARGV[0],
+              DETAIL = format('constraint revenue_periods_frozen on table %s', TG_ARGV[0]),
               HINT = 'Corrections land in the open period.';
 END;
 $$;
@@ -80,16 +82,16 @@ COMMENT ON FUNCTION revenue_periods_refuse_change() IS
 
 CREATE TRIGGER revenue_periods_frozen
     BEFORE UPDATE OR DELETE ON revenue_periods
-    FOR EACH ROW EXECUTE FUNCTION revenue_periods_refuse_change();
+    FOR EACH ROW EXECUTE FUNCTION revenue_periods_refuse_change('revenue_periods');
 CREATE TRIGGER revenue_periods_frozen_truncate
     BEFORE TRUNCATE ON revenue_periods
-    FOR EACH STATEMENT EXECUTE FUNCTION revenue_periods_refuse_change();
+    FOR EACH STATEMENT EXECUTE FUNCTION revenue_periods_refuse_change('revenue_periods');
 CREATE TRIGGER revenue_period_balances_frozen
     BEFORE UPDATE OR DELETE ON revenue_period_balances
-    FOR EACH ROW EXECUTE FUNCTION revenue_periods_refuse_change();
+    FOR EACH ROW EXECUTE FUNCTION revenue_periods_refuse_change('revenue_period_balances');
 CREATE TRIGGER revenue_period_balances_frozen_truncate
     BEFORE TRUNCATE ON revenue_period_balances
-    FOR EACH STATEMENT EXECUTE FUNCTION revenue_periods_refuse_change();
+    FOR EACH STATEMENT EXECUTE FUNCTION revenue_periods_refuse_change('revenue_period_balances');
 
 COMMENT ON TRIGGER revenue_periods_frozen ON revenue_periods IS
     'A closed period''s report and digest never change.';

@@ -2,7 +2,11 @@
 -- Serialises, until the transaction ends, the transactions that close periods: a close reads the latest
 -- closed month and stores the next, so two at once would both see the same latest. A close is one report's
 -- aggregation and two inserts, once a month.
-SELECT pg_advisory_xact_lock(hashtextextended('onceledger.revenue_periods', 0));
+-- It also has the transaction read the shards one connection per node: on Citus a transaction that read
+-- distributed tables in parallel cannot then write a reference table (revenue_periods). On plain
+-- PostgreSQL the setting is an unused placeholder and changes nothing.
+SELECT pg_advisory_xact_lock(hashtextextended('onceledger.revenue_periods', 0)),
+       set_config('citus.multi_shard_modify_mode', 'sequential', true);
 
 -- name: RevenuePeriodGet :one
 -- A closed month's stored report. Returns no row when the month is not closed.

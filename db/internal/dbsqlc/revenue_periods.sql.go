@@ -189,12 +189,16 @@ func (q *Queries) RevenuePeriodsList(ctx context.Context, maxRows int32) ([]Reve
 }
 
 const revenuePeriodsLock = `-- name: RevenuePeriodsLock :exec
-SELECT pg_advisory_xact_lock(hashtextextended('onceledger.revenue_periods', 0))
+SELECT pg_advisory_xact_lock(hashtextextended('onceledger.revenue_periods', 0)),
+       set_config('citus.multi_shard_modify_mode', 'sequential', true)
 `
 
 // Serialises, until the transaction ends, the transactions that close periods: a close reads the latest
 // closed month and stores the next, so two at once would both see the same latest. A close is one report's
 // aggregation and two inserts, once a month.
+// It also has the transaction read the shards one connection per node: on Citus a transaction that read
+// distributed tables in parallel cannot then write a reference table (revenue_periods). On plain
+// PostgreSQL the setting is an unused placeholder and changes nothing.
 func (q *Queries) RevenuePeriodsLock(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, revenuePeriodsLock)
 	return err
