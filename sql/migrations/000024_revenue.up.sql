@@ -515,15 +515,18 @@ COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, bool
     'deleted). Called by ledger_lots under the accounts'' row locks.';
 
 -- lots_repay lets an account's debts draw its open lots, oldest debit first, in the posting of p_posting.
+-- PL/pgSQL: on Citus, a join in an SQL function taking parameters cannot be planned.
 CREATE FUNCTION lots_repay(p_account text, p_posting bigint, p_at timestamptz) RETURNS void
-    LANGUAGE sql AS
+    LANGUAGE plpgsql AS
 $$
-SELECT lots_draw(array_agg(d.account_id), array_agg(d.entry_id), array_agg(d.seq), array_agg(d.uncovered), NULL, true,
-                 array_agg(e.kind), array_agg(p_posting), array_agg(p_at))
-FROM lot_debts d
-JOIN ledger e ON e.account_id = d.account_id AND e.id = d.entry_id
-WHERE d.account_id = p_account AND e.account_id = p_account
-HAVING count(*) > 0;
+BEGIN
+    PERFORM lots_draw(array_agg(d.account_id), array_agg(d.entry_id), array_agg(d.seq), array_agg(d.uncovered), NULL,
+                      true, array_agg(e.kind), array_agg(p_posting), array_agg(p_at))
+    FROM lot_debts d
+    JOIN ledger e ON e.account_id = d.account_id AND e.id = d.entry_id
+    WHERE d.account_id = p_account AND e.account_id = p_account
+    HAVING count(*) > 0;
+END;
 $$;
 
 COMMENT ON FUNCTION lots_repay(text, bigint, timestamptz) IS
@@ -548,7 +551,7 @@ BEGIN
         VALUES (e.account_id, e.id, e.lot_id, -e.amount);
         INSERT INTO revenue_recognitions (account_id, lot_id, entry_id, posting_entry_id, kind, credits, drawn_after,
                                           amount, currency, created_at)
-        SELECT l.account_id, l.id, e.id, e.id, 'breakage', -e.amount, l.amount - l.remaining - e.amount,
+        SELECT e.account_id, l.id, e.id, e.id, 'breakage', -e.amount, l.amount - l.remaining - e.amount,
                (div(l.cost_amount::numeric * (l.amount - l.remaining - e.amount), l.amount)
                 - div(l.cost_amount::numeric * (l.amount - l.remaining), l.amount))::bigint,
                l.cost_currency, e.created_at
@@ -594,7 +597,7 @@ BEGIN
         ), restored AS (
             INSERT INTO revenue_recognitions (account_id, lot_id, entry_id, posting_entry_id, kind, credits, drawn_after,
                                               amount, currency, created_at)
-            SELECT l.account_id, l.id, e.id, e.id, 'restored', r.amount, l.amount - l.remaining - r.amount,
+            SELECT e.account_id, l.id, e.id, e.id, 'restored', r.amount, l.amount - l.remaining - r.amount,
                    (div(l.cost_amount::numeric * (l.amount - l.remaining), l.amount)
                     - div(l.cost_amount::numeric * (l.amount - l.remaining - r.amount), l.amount))::bigint,
                    l.cost_currency, e.created_at
