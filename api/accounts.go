@@ -60,13 +60,18 @@ type accountJSON struct {
 	Held      int64     `json:"held"`
 	Available int64     `json:"available"`
 	CreatedAt time.Time `json:"created_at"`
+	// Unit is what the balance counts: currency (its minor unit) or credits.
+	Unit string `json:"unit"`
 	// Recharge and Alerts are shown by GET /v1/accounts/{id}.
 	Recharge *rechargeJSON `json:"recharge,omitempty"`
 	Alerts   *alertsJSON   `json:"alerts,omitempty"`
 }
 
 func accountOut(a db.Account) accountJSON {
-	return accountJSON{ID: a.ID, Currency: a.Currency, Balance: a.Balance, Held: a.Held, Available: a.Available(), CreatedAt: a.CreatedAt}
+	return accountJSON{
+		ID: a.ID, Currency: a.Currency, Balance: a.Balance, Held: a.Held, Available: a.Available(), CreatedAt: a.CreatedAt,
+		Unit: a.Unit,
+	}
 }
 
 type entryJSON struct {
@@ -136,6 +141,8 @@ func getAccount(r *http.Request, d Deps, id string) (db.Account, error) {
 func handlePutAccount(d Deps) http.Handler {
 	type request struct {
 		Currency *string `json:"currency"`
+		// Unit: currency (default) or credits, a unit of the product's own that top-ups buy at a price.
+		Unit *string `json:"unit"`
 	}
 	type response struct {
 		Account accountJSON `json:"account"`
@@ -151,8 +158,15 @@ func handlePutAccount(d Deps) http.Handler {
 		if req.Currency == nil || !currencyPattern.MatchString(*req.Currency) {
 			return badRequest("invalid_currency", `currency is required: a lower-case ISO 4217 code such as "usd"`)
 		}
+		unit := db.UnitCurrency
+		if req.Unit != nil {
+			unit = *req.Unit
+		}
+		if unit != db.UnitCurrency && unit != db.UnitCredits {
+			return badRequest("invalid_unit", `unit must be "currency" or "credits"`)
+		}
 		answersOnEffect(r, http.StatusCreated)
-		out, err := d.Ledger.CreateAccount(r.Context(), id, *req.Currency, d.Config.SignupGrant)
+		out, err := d.Ledger.CreateAccountIn(r.Context(), id, *req.Currency, unit, d.Config.SignupGrant)
 		if err != nil {
 			return err
 		}

@@ -124,6 +124,16 @@ func handlePutRecharge(d Deps) http.Handler {
 			}
 			settings.Budget = &db.RechargeBudget{Amount: b.Amount, Count: b.Count, Period: *b.Period}
 		}
+		// Recharge charges amount of the account's currency for as many units: a price only when the unit
+		// is that currency. Credits are bought at an order's price (POST …/topups), never 1:1 by accident
+		// (accounts_recharge_unit_check holds it too).
+		acct, err := getAccount(r, d, id)
+		if err != nil {
+			return err
+		}
+		if acct.Unit == db.UnitCredits {
+			return badRequest("invalid_unit", "auto-recharge is for accounts counted in their currency; this account's unit is credits, which top-ups buy at their own price")
+		}
 		saved, err := db.SetRecharge(r.Context(), d.Pool, id, settings)
 		if err != nil {
 			return err

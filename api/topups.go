@@ -27,6 +27,7 @@ type topupJSON struct {
 	ID            string     `json:"id"`
 	AccountID     string     `json:"account_id"`
 	Amount        int64      `json:"amount"`
+	Credits       int64      `json:"credits"`
 	Currency      string     `json:"currency"`
 	Status        string     `json:"status"`
 	CheckoutURL   *string    `json:"checkout_url"`
@@ -38,7 +39,7 @@ type topupJSON struct {
 
 func topupOut(t db.Topup) topupJSON {
 	return topupJSON{
-		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Currency: t.Currency, Status: t.Status,
+		ID: t.ID, AccountID: t.AccountID, Amount: t.Amount, Credits: t.Credits, Currency: t.Currency, Status: t.Status,
 		CheckoutURL: orNull(t.CheckoutURL), SessionID: orNull(t.SessionID), PaymentIntent: orNull(t.PaymentIntent),
 		CreatedAt: t.CreatedAt, PaidAt: t.PaidAt,
 	}
@@ -58,7 +59,11 @@ type topupResponse struct {
 // idempotency key topup:{order id}, which answers them all the same session. Another body is 409.
 func handlePostTopup(d Deps) http.Handler {
 	type request struct {
-		Amount     *int64  `json:"amount"`
+		// Amount is the price, in the minor units of Currency; Credits what it buys (default: Amount).
+		Amount  *int64  `json:"amount"`
+		Credits *int64  `json:"credits"`
+		// Currency defaults to the account's; only an account counted in credits may be paid in another.
+		Currency   *string `json:"currency"`
 		SuccessURL *string `json:"success_url"`
 		CancelURL  *string `json:"cancel_url"`
 		// SavePaymentMethod saves the card for off-session use (auto-recharge, SPEC §13).
@@ -83,6 +88,12 @@ func handlePostTopup(d Deps) http.Handler {
 		if req.CancelURL != nil && !webURL(*req.CancelURL) {
 			return badRequest("invalid_cancel_url", "cancel_url must be an absolute http(s) URL")
 		}
+		if req.Credits != nil && (*req.Credits <= 0 || *req.Credits > maxAmount) {
+			return badRequest("invalid_credits", "credits must be a positive whole number, at most 10^15")
+		}
+		if req.Currency != nil && !currencyPattern.MatchString(*req.Currency) {
+			return badRequest("invalid_currency", `currency must be a lower-case ISO 4217 code such as "usd"`)
+		}
 		key, err := optionalIdempotencyKey(r)
 		if err != nil {
 			return err
@@ -91,10 +102,21 @@ func handlePostTopup(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
+		credits, currency := *req.Amount, acct.Currency
+		if req.Credits != nil {
+			credits = *req.Credits
+		}
+		if req.Currency != nil {
+			currency = *req.Currency
+		}
+		if acct.Unit != db.UnitCredits && currency != acct.Currency {
+			return badRequest("invalid_currency", fmt.Sprintf("currency must be the account's (%s): its balance counts that currency's minor unit", acct.Currency))
+		}
 
 		order, created, err := db.InsertPendingTopup(r.Context(), d.Pool, db.Topup{
-			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Currency: acct.Currency,
-			IdempotencyKey: key, RequestFingerprint: topupFingerprint(key, *req.Amount, *req.SuccessURL, req.CancelURL, req.SavePaymentMethod),
+			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Credits: credits, Currency: currency,
+			IdempotencyKey: key,
+			RequestFingerprint: topupFingerprint(key, *req.Amount, req.Credits, req.Currency, *req.SuccessURL, req.CancelURL, req.SavePaymentMethod),
 		})
 		if err != nil {
 			return err
@@ -123,7 +145,7 @@ func handlePostTopup(d Deps) http.Handler {
 			LineItems: []*stripe.CheckoutSessionLineItemParams{{
 				Quantity: stripe.Int64(1),
 				PriceData: &stripe.CheckoutSessionLineItemPriceDataParams{
-					Currency:    stripe.String(acct.Currency),
+					Currency:    stripe.String(order.Currency),
 					UnitAmount:  stripe.Int64(order.Amount),
 					ProductData: &stripe.CheckoutSessionLineItemPriceDataProductDataParams{Name: stripe.String("onceledger credits")},
 				},
@@ -194,7 +216,7 @@ func optionalIdempotencyKey(r *http.Request) (string, error) {
 
 // topupFingerprint digests what a top-up request asks for, so that a key reused with another body is
 // recognised; empty without a key.
-func topupFingerprint(key string, amount int64, successURL string, cancelURL *string, saveCard bool) string {
+func topupFingerprint(key string, amount int64, credits *int64, currency *string, successURL string, cancelURL *string, saveCard bool) string {
 	if key == "" {
 		return ""
 	}
@@ -206,6 +228,13 @@ func topupFingerprint(key string, amount int64, successURL string, cancelURL *st
 	if saveCard {
 		// Only when asked, so the fingerprints of requests stored before the field existed still match.
 		fields = append(fields, "save_payment_method")
+	}
+	// Likewise credits and currency, only when named.
+	if credits != nil {
+		fields = append(fields, "credits "+strconv.FormatInt(*credits, 10))
+	}
+	if currency != nil {
+		fields = append(fields, "currency "+*currency)
 	}
 	h := sha256.New()
 	for _, field := range fields {

@@ -15,7 +15,15 @@ type Account struct {
 	Balance   int64
 	CreatedAt time.Time
 	Held      int64
+	// Unit is what the balance counts: UnitCurrency (Currency's minor unit) or UnitCredits.
+	Unit string
 }
+
+// Account units, as accounts_unit_check knows them.
+const (
+	UnitCurrency = "currency"
+	UnitCredits  = "credits"
+)
 
 // Available is what new holds may still reserve: the balance less what is held.
 func (a Account) Available() int64 { return a.Balance - a.Held }
@@ -36,10 +44,16 @@ type AccountCreated struct {
 // grant itself. An existing account with another currency is ErrCurrencyMismatch. The request's record
 // (PendingAudit) commits with the account this call created.
 func (l *Ledger) CreateAccount(ctx context.Context, id, currency string, grant int64) (AccountCreated, error) {
+	return l.CreateAccountIn(ctx, id, currency, UnitCurrency, grant)
+}
+
+// CreateAccountIn is CreateAccount for an account counted in unit (UnitCurrency or UnitCredits). An
+// existing account counted in another unit is ErrCurrencyMismatch too.
+func (l *Ledger) CreateAccountIn(ctx context.Context, id, currency, unit string, grant int64) (AccountCreated, error) {
 	var out AccountCreated
 	err := InAuditedTx(ctx, l.pool, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
-		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency})
+		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency, Unit: unit})
 		if isNoRows(err) {
 			existing, err := GetAccount(ctx, tx, id)
 			if err != nil {
@@ -48,6 +62,9 @@ func (l *Ledger) CreateAccount(ctx context.Context, id, currency string, grant i
 			out = AccountCreated{Account: existing}
 			if existing.Currency != currency {
 				return false, fmt.Errorf("%w: %s is %s, asked for %s", ErrCurrencyMismatch, id, existing.Currency, currency)
+			}
+			if existing.Unit != unit {
+				return false, fmt.Errorf("%w: %s counts %s, asked for %s", ErrCurrencyMismatch, id, existing.Unit, unit)
 			}
 			return false, nil
 		}

@@ -51,7 +51,7 @@ func (l *Ledger) readCheckoutState(ctx context.Context, eventID, sessionID, meta
 	if r.OrderID != nil {
 		state.Order = &Topup{
 			ID: *r.OrderID, AccountID: deref(r.OrderAccountID), SessionID: sessionID, Amount: deref(r.OrderAmount),
-			Currency: deref(r.OrderCurrency), Status: deref(r.OrderStatus),
+			Currency: deref(r.OrderCurrency), Status: deref(r.OrderStatus), Credits: deref(r.OrderCredits),
 		}
 	}
 	if r.AccountID != nil {
@@ -68,15 +68,16 @@ type CheckoutPayment struct {
 	// none (ID, AccountID, SessionID, PaymentIntent, Amount, and the session's Currency, which the
 	// order, or else the account, must have).
 	Order Topup
-	// Credit is the order's credit (Kind, Description, DedupeKey); account, amount and payment are the
-	// order's.
+	// Credit is the order's credit (Kind, Description, DedupeKey); account, amount (the order's
+	// Credits), payment and lot cost (its price) are the order's.
 	Credit Posting
 }
 
 // credit is the order's credit, as it is posted.
 func (p CheckoutPayment) credit() Posting {
 	c := p.Credit
-	c.AccountID, c.Amount, c.PaymentIntent = p.Order.AccountID, p.Order.Amount, p.Order.PaymentIntent
+	c.AccountID, c.Amount, c.PaymentIntent = p.Order.AccountID, p.Order.creditsOrAmount(), p.Order.PaymentIntent
+	c.Cost = p.Order.Price()
 	return c
 }
 

@@ -74,6 +74,15 @@ type Posting struct {
 	// Subject and Feature are stored on the entry (empty: none), in the formats of holds and decisions
 	// (ledger_subject_format_check, ledger_feature_format_check).
 	Subject, Feature string
+	// Cost is what was paid for a credit's lot (nil: nothing, cost 0): a paid top-up's price, an
+	// adjustment's named cost. Ignored for debits.
+	Cost *Cost
+}
+
+// Cost is an amount of money in a currency's minor units (Currency lower case ISO 4217).
+type Cost struct {
+	Amount   int64
+	Currency string
 }
 
 // Posted is the outcome of posting one entry.
@@ -241,6 +250,12 @@ func (l *Ledger) appendArgs(postings []Posting, balance *int64) dbsqlc.LedgerApp
 		arg.Reverses = append(arg.Reverses, p.Reverses)
 		arg.Subjects = append(arg.Subjects, p.Subject)
 		arg.Features = append(arg.Features, p.Feature)
+		var cost Cost
+		if p.Cost != nil && p.Amount > 0 {
+			cost = *p.Cost
+		}
+		arg.LotCostAmounts = append(arg.LotCostAmounts, cost.Amount)
+		arg.LotCostCurrencies = append(arg.LotCostCurrencies, cost.Currency)
 		terms, ttl := l.lotTerms(p)
 		expiresAt := ""
 		if terms.ExpiresAt != nil {
@@ -334,6 +349,22 @@ func notInserted(ctx context.Context, q Conn, p Posting) (Posted, error) {
 
 // replayOrConflict compares a posting with the entry that already holds its key: the same account,
 // kind and amount is an exact replay (New=false, nil); anything else is ErrDedupeConflict.
+// EntryLotCost is what a credit entry said its lot cost (nil: nothing was paid), to tell a replayed
+// request from one reusing its key with another cost. ErrNotFound when the entry does not exist.
+func EntryLotCost(ctx context.Context, q Conn, e Entry) (*Cost, error) {
+	r, err := dbsqlc.New(q).LedgerLotCost(ctx, dbsqlc.LedgerLotCostParams{AccountID: e.AccountID, ID: e.ID})
+	if isNoRows(err) {
+		return nil, fmt.Errorf("entry %d: %w", e.ID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the lot cost of entry %d: %w", e.ID, MapError(err))
+	}
+	if r.CostCurrency == "" {
+		return nil, nil
+	}
+	return &Cost{Amount: r.CostAmount, Currency: r.CostCurrency}, nil
+}
+
 func replayOrConflict(prior Entry, p Posting) (Posted, error) {
 	if prior.AccountID != p.AccountID || prior.Kind != p.Kind || prior.Amount != p.Amount {
 		return Posted{Entry: prior}, fmt.Errorf("%w: key %q holds %s %d on %s, asked for %s %d on %s",

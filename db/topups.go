@@ -3,6 +3,9 @@ package db
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/big"
+	"strings"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -50,6 +53,30 @@ func (t Topup) creditsOrAmount() int64 {
 		return t.Amount
 	}
 	return t.Credits
+}
+
+// Price is what the order costs, the cost of the lot its credit makes.
+func (t Topup) Price() *Cost {
+	return &Cost{Amount: t.Amount, Currency: strings.ToLower(t.Currency)}
+}
+
+// CreditsFor is the credits money (of the order's currency) bought at the order's price: all its
+// credits for the whole price, in proportion (rounded half up) for a part of it.
+func (t Topup) CreditsFor(money int64) int64 {
+	credits := t.creditsOrAmount()
+	if money == t.Amount || credits == t.Amount || t.Amount <= 0 {
+		if money == t.Amount {
+			return credits
+		}
+		return money
+	}
+	n := new(big.Int).Mul(big.NewInt(money), big.NewInt(credits))
+	n.Mul(n, big.NewInt(2)).Add(n, big.NewInt(t.Amount))
+	n.Quo(n, big.NewInt(2*t.Amount))
+	if !n.IsInt64() {
+		return math.MaxInt64
+	}
+	return n.Int64()
 }
 
 // topupOrNotFound answers a query for one order: ErrNotFound when there is none.

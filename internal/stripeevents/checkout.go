@@ -48,6 +48,10 @@ func (p *Processor) payCheckout(ctx context.Context, ev event, raw []byte) (res 
 		},
 		Credit: db.Posting{Kind: db.KindTopup, Description: "Stripe Checkout " + s.ID, DedupeKey: "stripe:" + ev.ID},
 	}
+	if state.Order != nil {
+		// The order is the contract: it buys its credits (payable checked its price and currency).
+		payment.Order.Credits = state.Order.Credits
+	}
 	payCtx, span := p.Tracing.Start(ctx, "stripe_event.pay_checkout")
 	paid, posted, err := p.Ledger.PayCheckout(payCtx, payment)
 	span.End()

@@ -82,7 +82,7 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, f fetched) 
 			return outcome{}, err
 		}
 		// The account first: a refund before its payment parks as unknown_payment whatever the list.
-		acct, err := resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"])
+		acct, order, err := resolve(ctx, tx, c.PaymentIntent.ID, c.Metadata["account_id"])
 		if err != nil {
 			return outcome{}, err
 		}
@@ -90,7 +90,7 @@ func (p *Processor) effects(ctx context.Context, tx db.Tx, ev event, f fetched) 
 		if err != nil {
 			return outcome{}, err
 		}
-		return p.reverseOn(ctx, tx, acct, c.PaymentIntent.ID, refundReversals(list))
+		return p.reverseOn(ctx, tx, acct, order, c.PaymentIntent.ID, refundReversals(list))
 
 	case "charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
 		"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated":
@@ -140,7 +140,13 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	if accountID == "" {
 		return outcome{}, park(ReasonUnknownAccount, paymentIntent)
 	}
-	acct, err := account(ctx, tx, accountID, s.Currency, paymentIntent)
+	// A session without an order is credited 1:1, so only in the account's currency; an order's currency
+	// was the account's (or any, for an account counted in credits) when it was made.
+	currency := s.Currency
+	if order.ID != "" {
+		currency = ""
+	}
+	acct, err := account(ctx, tx, accountID, currency, paymentIntent)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -154,7 +160,7 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 	// The session's order moves from pending to paid, or is recorded paid if the session has none.
 	order, paid, err := db.PayTopup(ctx, tx, db.Topup{
 		ID: s.ID, AccountID: acct.ID, SessionID: s.ID, PaymentIntent: paymentIntent, Amount: s.AmountTotal,
-		Currency: acct.Currency,
+		Currency: s.Currency,
 	}, ev.ID)
 	if errors.Is(err, db.ErrDedupeConflict) {
 		// The payment already paid another order (topups_payment_intent_key).
@@ -187,8 +193,10 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 func (p *Processor) creditOrder(ctx context.Context, tx db.Tx, out *outcome, ev event, order db.Topup, description string, prefetched map[string]refundLister) error {
 	var err error
 	out.credited, err = p.post(ctx, tx, out, db.Posting{
-		AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.Amount,
+		AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.Credits,
 		Description: description, DedupeKey: "stripe:" + ev.ID, PaymentIntent: order.PaymentIntent,
+		// The order is the contract: its credits, bought at its price.
+		Cost: order.Price(),
 	})
 	if err != nil {
 		return err
@@ -386,24 +394,34 @@ func (p *Processor) reverseAll(ctx context.Context, tx db.Tx, paymentIntent, cha
 	if len(reversals) == 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
-	acct, err := resolve(ctx, tx, paymentIntent, chargeAccount)
+	acct, order, err := resolve(ctx, tx, paymentIntent, chargeAccount)
 	if err != nil {
 		return outcome{}, err
 	}
-	return p.reverseOn(ctx, tx, acct, paymentIntent, reversals)
+	return p.reverseOn(ctx, tx, acct, order, paymentIntent, reversals)
 }
 
-// reverseOn posts the reversals of one payment on acct, each under its own key.
-func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, paymentIntent string, reversals []reversal) (outcome, error) {
+// reverseOn posts the reversals of one payment on acct, each under its own key. A payment of an order
+// (order not nil) is reversed in the order's currency and credits: a reversal of money takes back the
+// credits that money bought (all of them for the whole price).
+func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, order *db.Topup, paymentIntent string, reversals []reversal) (outcome, error) {
 	if len(reversals) == 0 {
 		return outcome{status: OutcomeRecorded, paymentIntent: paymentIntent}, nil
 	}
 	out := outcome{status: OutcomeApplied, paymentIntent: paymentIntent}
+	currency, credits := acct.Currency, func(money int64) int64 { return money }
+	if order != nil {
+		currency, credits = order.Currency, order.CreditsFor
+	}
 	for _, r := range reversals {
-		if !strings.EqualFold(r.currency, acct.Currency) {
+		if !strings.EqualFold(r.currency, currency) {
 			return outcome{}, park(ReasonCurrencyMismatch, paymentIntent)
 		}
 		if r.amount > db.MaxAmount {
+			return outcome{}, park(ReasonAmountOutOfRange, paymentIntent)
+		}
+		r.amount = credits(r.amount)
+		if r.amount <= 0 || r.amount > db.MaxAmount {
 			return outcome{}, park(ReasonAmountOutOfRange, paymentIntent)
 		}
 		posted, err := p.post(ctx, tx, &out, db.Posting{
@@ -433,24 +451,27 @@ func (p *Processor) reverseOn(ctx context.Context, tx db.Tx, acct db.Account, pa
 	return out, nil
 }
 
-// resolve finds the account a refund or dispute belongs to: through the paid order of its payment
-// (refund and dispute metadata is empty in real payloads), else the charge's metadata.account_id.
+// resolve finds the account a refund or dispute belongs to, and the paid order of its payment when
+// there is one: through that order (refund and dispute metadata is empty in real payloads), else the
+// charge's metadata.account_id.
 // The caller (apply) holds the payment's lock, so the order read here cannot be committed unseen.
-func resolve(ctx context.Context, tx db.Tx, paymentIntent, chargeAccount string) (db.Account, error) {
+func resolve(ctx context.Context, tx db.Tx, paymentIntent, chargeAccount string) (db.Account, *db.Topup, error) {
 	accountID := chargeAccount
+	var paid *db.Topup
 	if paymentIntent != "" {
 		order, err := db.TopupByPaymentIntent(ctx, tx, paymentIntent)
 		switch {
 		case err == nil:
-			accountID = order.AccountID
+			accountID, paid = order.AccountID, &order
 		case !errors.Is(err, db.ErrNotFound):
-			return db.Account{}, err
+			return db.Account{}, nil, err
 		}
 	}
 	if accountID == "" {
-		return db.Account{}, park(ReasonUnknownPayment, paymentIntent)
+		return db.Account{}, nil, park(ReasonUnknownPayment, paymentIntent)
 	}
-	return account(ctx, tx, accountID, "", paymentIntent)
+	acct, err := account(ctx, tx, accountID, "", paymentIntent)
+	return acct, paid, err
 }
 
 // account reads the account, parking unknown_account when it does not exist and currency_mismatch

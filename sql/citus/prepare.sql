@@ -153,8 +153,11 @@ COMMENT ON TRIGGER ledger_chain ON ledger IS
 -- shards of credit_lots, lot_draws and lot_debts that hold them. Every caller runs on the node of those
 -- accounts' shards with accounts of one shard: ledger_lots for the entries of a ledger shard's
 -- statement, lots_repay and lots_apply_entry for one account.
--- mirrors lots_draw of 000009_credit_lots.up.sql sha256 b2bf0b6159626aeadbd7e674d094536871b85f9eff87633c7019895215de1956
-CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint, p_repay boolean)
+-- mirrors lots_draw of 000024_revenue.up.sql sha256 014446e4a1c2c209772205aff0065262eec31f72f5a7f42f0ee5425612cd0144
+-- Earlier forms of this file, and migrations before 000024, gave lots_draw six arguments.
+DROP FUNCTION IF EXISTS lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean);
+CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint,
+                                     p_repay boolean, p_kinds text[], p_postings bigint[], p_ats timestamptz[])
     RETURNS void
     LANGUAGE plpgsql AS
 $$
@@ -173,15 +176,17 @@ BEGIN
     EXECUTE format($sql$
         WITH demand AS (
             SELECT d.account_id, d.entry_id, d.seq, d.need,
+                   CASE d.kind WHEN 'refund' THEN 'refunded' WHEN 'dispute' THEN 'disputed' ELSE 'recognised' END AS recognition,
+                   d.posting, d.at,
                    sum(d.need) OVER (PARTITION BY d.account_id ORDER BY d.seq ROWS UNBOUNDED PRECEDING) - d.need AS lo
-            FROM unnest($1, $2, $3, $4) AS d (account_id, entry_id, seq, need)
+            FROM unnest($1, $2, $3, $4, $7, $8, $9) AS d (account_id, entry_id, seq, need, kind, posting, at)
         ), totals AS (
             SELECT account_id, sum(need) AS total FROM demand GROUP BY account_id
         ), supply AS MATERIALIZED (
-            SELECT t.account_id, s.lot_id, s.remaining, s.lo
+            SELECT t.account_id, s.lot_id, s.remaining, s.lo, s.amount, s.cost_amount, s.cost_currency
             FROM totals t
             CROSS JOIN LATERAL (
-                SELECT l.id AS lot_id, l.remaining,
+                SELECT l.id AS lot_id, l.remaining, l.amount, l.cost_amount, l.cost_currency,
                        sum(l.remaining) OVER (
                            ORDER BY coalesce(l.id = $5, false) DESC, l.priority, l.expires_at NULLS LAST,
                                     l.category = 'paid', l.id
@@ -192,7 +197,9 @@ BEGIN
             WHERE s.lo < t.total
         ), draws AS MATERIALIZED (
             SELECT d.account_id, d.entry_id, s.lot_id,
-                   (least(d.lo + d.need, s.lo + s.remaining) - greatest(d.lo, s.lo))::bigint AS amount
+                   (least(d.lo + d.need, s.lo + s.remaining) - greatest(d.lo, s.lo))::bigint AS amount,
+                   d.lo AS demand_lo, d.recognition, d.posting, d.at,
+                   s.amount AS lot_amount, s.amount - s.remaining AS drawn_before, s.cost_amount, s.cost_currency
             FROM demand d
             JOIN supply s ON s.account_id = d.account_id AND s.lo < d.lo + d.need AND d.lo < s.lo + s.remaining
         ), drawn AS (
@@ -202,6 +209,19 @@ BEGIN
             INSERT INTO %2$s AS x (account_id, entry_id, lot_id, amount)
             SELECT account_id, entry_id, lot_id, amount FROM draws WHERE $6
             ON CONFLICT (account_id, entry_id, lot_id) DO UPDATE SET amount = x.amount + excluded.amount
+        ), recognised AS (
+            INSERT INTO %4$s (account_id, lot_id, entry_id, posting_entry_id, kind, credits, drawn_after,
+                              amount, currency, created_at)
+            SELECT m.account_id, m.lot_id, m.entry_id, m.posting, m.recognition, m.amount, m.drawn_after,
+                   (div(m.cost_amount::numeric * m.drawn_after, m.lot_amount)
+                    - div(m.cost_amount::numeric * (m.drawn_after - m.amount), m.lot_amount))::bigint,
+                   m.cost_currency, m.at
+            FROM (
+                SELECT w.*, w.drawn_before + sum(w.amount) OVER (
+                           PARTITION BY w.account_id, w.lot_id ORDER BY w.demand_lo ROWS UNBOUNDED PRECEDING) AS drawn_after
+                FROM draws w
+                WHERE w.cost_amount > 0
+            ) m
         ), lots AS (
             UPDATE %1$s l
             SET remaining = l.remaining - t.amount
@@ -220,16 +240,18 @@ BEGIN
         DELETE FROM %3$s x
         USING uncovered u
         WHERE u.uncovered = 0 AND x.account_id = u.account_id AND x.entry_id = u.entry_id$sql$,
-        shard_of('credit_lots', account), shard_of('lot_draws', account), shard_of('lot_debts', account))
-    USING p_accounts, p_entries, p_seqs, p_needs, p_first_lot, p_repay;
+        shard_of('credit_lots', account), shard_of('lot_draws', account), shard_of('lot_debts', account),
+        shard_of('revenue_recognitions', account))
+    USING p_accounts, p_entries, p_seqs, p_needs, p_first_lot, p_repay, p_kinds, p_postings, p_ats;
 END;
 $$;
 
-COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean) IS
-    'On Citus: draws the demands (account, entry, seq, amount needed; arrays in lockstep) of accounts of one '
-    'shard from their open lots in draw order (p_first_lot first, when given), on that shard''s node: '
-    'lot_draws (added to for a repaid debt), lots'' remaining, and lot_debts for what no lot covered. Called '
-    'by ledger_lots, lots_repay and lots_apply_entry under the accounts'' row locks.';
+COMMENT ON FUNCTION lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean, text[], bigint[], timestamptz[]) IS
+    'On Citus: draws the demands (account, entry, seq, amount needed, the debit''s kind, the posting entry '
+    'and its time; arrays in lockstep) of accounts of one shard from their open lots in draw order '
+    '(p_first_lot first, when given), on that shard''s node: lot_draws (added to for a repaid debt), the '
+    'revenue_recognitions of priced lots, lots'' remaining, and lot_debts for what no lot covered. Called by '
+    'ledger_lots, lots_repay and lots_apply_entry under the accounts'' row locks.';
 
 -- Earlier forms of this file made ledger_lots row-level.
 DROP TRIGGER IF EXISTS ledger_lots ON ledger;
@@ -239,7 +261,7 @@ DROP FUNCTION IF EXISTS ledger_lots_apply_entry();
 -- allocation; of plain credits on accounts without debt: one insert of their lots) on the shards of the
 -- statement's accounts; every other statement entry by entry through lots_apply_entry, as on plain
 -- PostgreSQL (its statements are Citus's router statements to this node's shards).
--- mirrors ledger_lots_apply of 000012_one_road.up.sql sha256 ad2161e24c9aa05f3c425ca0fe75be781314a51214aaf9077eb5bfc1752d4f4c
+-- mirrors ledger_lots_apply of 000024_revenue.up.sql sha256 126527fd5f0bd3a07d5abf64cff7a2acd6e80e21ed061747740a9a5cafc753f2
 CREATE OR REPLACE FUNCTION ledger_lots_apply() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -256,7 +278,8 @@ BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM new_entries WHERE amount > 0 OR kind IN ('refund', 'dispute', 'expiry', 'void')
     ) THEN
-        PERFORM lots_draw(array_agg(account_id), array_agg(id), array_agg(seq), array_agg(-amount), NULL, false)
+        PERFORM lots_draw(array_agg(account_id), array_agg(id), array_agg(seq), array_agg(-amount), NULL, false,
+                          array_agg(kind), array_agg(id), array_agg(created_at))
         FROM new_entries;
         RETURN NULL;
     END IF;
@@ -269,12 +292,14 @@ BEGIN
             -- A shard has no identity of its own: the ids come from this node's range of the table's
             -- sequence (as Citus draws them), in the order the plain form inserts.
             EXECUTE format($sql$
-                INSERT INTO %s (id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at)
+                INSERT INTO %s (id, account_id, entry_id, category, priority, amount, remaining, expires_at, created_at,
+                                cost_amount, cost_currency)
                 SELECT nextval(%L::regclass), n.*
                 FROM (
                     SELECT n.account_id, n.id,
                            coalesce(n.lot_category, CASE WHEN n.kind = 'topup' THEN 'paid' ELSE 'promotional' END),
-                           coalesce(n.lot_priority, 50), n.amount, n.amount, n.lot_expires_at, n.created_at
+                           coalesce(n.lot_priority, 50), n.amount, n.amount, n.lot_expires_at, n.created_at,
+                           coalesce(n.lot_cost_amount, 0), n.lot_cost_currency
                     FROM new_entries n
                     ORDER BY n.account_id, n.seq
                 ) n$sql$, shard_of('credit_lots', account), pg_get_serial_sequence('credit_lots', 'id'));
@@ -292,6 +317,7 @@ $$;
 
 COMMENT ON FUNCTION ledger_lots_apply() IS
     'On Citus, after each statement a ledger shard receives (after ledger_chain): the plain form''s rules, '
+    '(lot costs and revenue recognitions included), '
     'set-based on the node''s shards of the lot tables for plain debits and for plain credits without debt, '
     'entry by entry (lots_apply_entry) otherwise.';
 

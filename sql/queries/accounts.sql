@@ -1,14 +1,15 @@
 -- name: AccountsInsert :one
 -- Creates the account unless one with this id exists. Returns no row when it already existed:
--- the primary key, not a prior read, decides which of several concurrent creations wins.
-INSERT INTO accounts (id, currency)
-VALUES (@id, @currency)
+-- the primary key, not a prior read, decides which of several concurrent creations wins. unit is
+-- currency or credits (accounts_unit_check).
+INSERT INTO accounts (id, currency, unit)
+VALUES (@id, @currency, @unit)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at, held;
+RETURNING id, currency, balance, created_at, held, unit;
 
 -- name: AccountsGet :one
 -- Returns no row when the account does not exist.
-SELECT id, currency, balance, created_at, held
+SELECT id, currency, balance, created_at, held, unit
 FROM accounts
 WHERE id = @id;
 

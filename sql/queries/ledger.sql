@@ -10,7 +10,8 @@
 -- Inserts rows planned in Go, the arrays read in lockstep, one element per row ('' or 0: none; the lot
 -- terms are read for credits only; no_overdraw refuses the row's account when the row would leave its
 -- balance below zero; subjects and features name who spent and on what, for a hold's capture or an
--- adjustment that names them). With balance, nothing is locked or inserted unless the accounts' balance
+-- adjustment that names them); lot_cost_amounts and lot_cost_currencies are what a credit's lot cost ('':
+-- nothing was paid, cost 0). With balance, nothing is locked or inserted unless the accounts' balance
 -- is still balance: a group planned on the balance its previous group left finds a balance moved
 -- meanwhile here.
 -- A row left out returns nothing: its key was taken (before, or meanwhile by a transaction this one
@@ -27,7 +28,8 @@ FROM ledger_append(@account_ids::text[], @kinds::text[], @amounts::bigint[], @de
                    @dedupe_keys::text[], @payment_intents::text[], @no_overdraw::boolean[], @lot_ids::bigint[],
                    @reverses::text[], @lot_categories::text[], @lot_priorities::smallint[],
                    @lot_expires_at::text[], @lot_ttls::float8[], sqlc.narg(balance)::bigint,
-                   p_subjects => @subjects::text[], p_features => @features::text[])
+                   p_subjects => @subjects::text[], p_features => @features::text[],
+                   p_lot_cost_amounts => @lot_cost_amounts::bigint[], p_lot_cost_currencies => @lot_cost_currencies::text[])
     AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
           subject, feature);
 
@@ -221,3 +223,11 @@ FROM ledger
 WHERE payment_intent = @payment_intent::text
 ORDER BY id
 LIMIT @max_rows;
+
+-- name: LedgerLotCost :one
+-- What a credit entry said its lot cost (0 and '' when nothing: a debit, or a credit nothing paid for),
+-- to tell a replayed adjustment from one reusing its key with another cost. Returns no row when the entry
+-- does not exist.
+SELECT coalesce(lot_cost_amount, 0)::bigint AS cost_amount, coalesce(lot_cost_currency, '')::text AS cost_currency
+FROM ledger
+WHERE account_id = @account_id AND id = @id;

@@ -166,7 +166,7 @@ LIMIT @max_rows;
 -- the credit once, nothing left parked), whatever changed since this read.
 SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text) AS recorded,
        t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
-       t.status AS order_status,
+       t.status AS order_status, t.credits AS order_credits,
        a.id AS account_id, a.currency AS account_currency,
        EXISTS (
            SELECT 1 FROM stripe_events p

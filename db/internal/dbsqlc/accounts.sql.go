@@ -69,7 +69,7 @@ func (q *Queries) AccountsBalanceMismatches(ctx context.Context) ([]AccountsBala
 }
 
 const accountsGet = `-- name: AccountsGet :one
-SELECT id, currency, balance, created_at, held
+SELECT id, currency, balance, created_at, held, unit
 FROM accounts
 WHERE id = $1
 `
@@ -80,6 +80,7 @@ type AccountsGetRow struct {
 	Balance   int64
 	CreatedAt time.Time
 	Held      int64
+	Unit      string
 }
 
 // Returns no row when the account does not exist.
@@ -92,6 +93,7 @@ func (q *Queries) AccountsGet(ctx context.Context, id string) (AccountsGetRow, e
 		&i.Balance,
 		&i.CreatedAt,
 		&i.Held,
+		&i.Unit,
 	)
 	return i, err
 }
@@ -173,15 +175,16 @@ func (q *Queries) AccountsHeldRelease(ctx context.Context, arg AccountsHeldRelea
 }
 
 const accountsInsert = `-- name: AccountsInsert :one
-INSERT INTO accounts (id, currency)
-VALUES ($1, $2)
+INSERT INTO accounts (id, currency, unit)
+VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at, held
+RETURNING id, currency, balance, created_at, held, unit
 `
 
 type AccountsInsertParams struct {
 	ID       string
 	Currency string
+	Unit     string
 }
 
 type AccountsInsertRow struct {
@@ -190,12 +193,14 @@ type AccountsInsertRow struct {
 	Balance   int64
 	CreatedAt time.Time
 	Held      int64
+	Unit      string
 }
 
 // Creates the account unless one with this id exists. Returns no row when it already existed:
-// the primary key, not a prior read, decides which of several concurrent creations wins.
+// the primary key, not a prior read, decides which of several concurrent creations wins. unit is
+// currency or credits (accounts_unit_check).
 func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) (AccountsInsertRow, error) {
-	row := q.db.QueryRow(ctx, accountsInsert, arg.ID, arg.Currency)
+	row := q.db.QueryRow(ctx, accountsInsert, arg.ID, arg.Currency, arg.Unit)
 	var i AccountsInsertRow
 	err := row.Scan(
 		&i.ID,
@@ -203,6 +208,7 @@ func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) 
 		&i.Balance,
 		&i.CreatedAt,
 		&i.Held,
+		&i.Unit,
 	)
 	return i, err
 }

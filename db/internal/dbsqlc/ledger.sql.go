@@ -22,28 +22,31 @@ FROM ledger_append($1::text[], $2::text[], $3::bigint[], $4::text[],
                    $5::text[], $6::text[], $7::boolean[], $8::bigint[],
                    $9::text[], $10::text[], $11::smallint[],
                    $12::text[], $13::float8[], $14::bigint,
-                   p_subjects => $15::text[], p_features => $16::text[])
+                   p_subjects => $15::text[], p_features => $16::text[],
+                   p_lot_cost_amounts => $17::bigint[], p_lot_cost_currencies => $18::text[])
     AS a (k, id, account_id, kind, amount, description, dedupe_key, payment_intent, seq, balance_after, created_at, lot_id, reverses_entry_id,
           subject, feature)
 `
 
 type LedgerAppendParams struct {
-	AccountIDs     []string
-	Kinds          []string
-	Amounts        []int64
-	Descriptions   []string
-	DedupeKeys     []string
-	PaymentIntents []string
-	NoOverdraw     []bool
-	LotIDs         []int64
-	Reverses       []string
-	LotCategories  []string
-	LotPriorities  []int16
-	LotExpiresAt   []string
-	LotTTLs        []float64
-	Balance        *int64
-	Subjects       []string
-	Features       []string
+	AccountIDs        []string
+	Kinds             []string
+	Amounts           []int64
+	Descriptions      []string
+	DedupeKeys        []string
+	PaymentIntents    []string
+	NoOverdraw        []bool
+	LotIDs            []int64
+	Reverses          []string
+	LotCategories     []string
+	LotPriorities     []int16
+	LotExpiresAt      []string
+	LotTTLs           []float64
+	Balance           *int64
+	Subjects          []string
+	Features          []string
+	LotCostAmounts    []int64
+	LotCostCurrencies []string
 }
 
 type LedgerAppendRow struct {
@@ -74,7 +77,8 @@ type LedgerAppendRow struct {
 // Inserts rows planned in Go, the arrays read in lockstep, one element per row (” or 0: none; the lot
 // terms are read for credits only; no_overdraw refuses the row's account when the row would leave its
 // balance below zero; subjects and features name who spent and on what, for a hold's capture or an
-// adjustment that names them). With balance, nothing is locked or inserted unless the accounts' balance
+// adjustment that names them); lot_cost_amounts and lot_cost_currencies are what a credit's lot cost (”:
+// nothing was paid, cost 0). With balance, nothing is locked or inserted unless the accounts' balance
 // is still balance: a group planned on the balance its previous group left finds a balance moved
 // meanwhile here.
 // A row left out returns nothing: its key was taken (before, or meanwhile by a transaction this one
@@ -99,6 +103,8 @@ func (q *Queries) LedgerAppend(ctx context.Context, arg LedgerAppendParams) ([]L
 		arg.Balance,
 		arg.Subjects,
 		arg.Features,
+		arg.LotCostAmounts,
+		arg.LotCostCurrencies,
 	)
 	if err != nil {
 		return nil, err
@@ -664,6 +670,32 @@ func (q *Queries) LedgerListByPaymentIntent(ctx context.Context, arg LedgerListB
 		return nil, err
 	}
 	return items, nil
+}
+
+const ledgerLotCost = `-- name: LedgerLotCost :one
+SELECT coalesce(lot_cost_amount, 0)::bigint AS cost_amount, coalesce(lot_cost_currency, '')::text AS cost_currency
+FROM ledger
+WHERE account_id = $1 AND id = $2
+`
+
+type LedgerLotCostParams struct {
+	AccountID string
+	ID        int64
+}
+
+type LedgerLotCostRow struct {
+	CostAmount   int64
+	CostCurrency string
+}
+
+// What a credit entry said its lot cost (0 and ” when nothing: a debit, or a credit nothing paid for),
+// to tell a replayed adjustment from one reusing its key with another cost. Returns no row when the entry
+// does not exist.
+func (q *Queries) LedgerLotCost(ctx context.Context, arg LedgerLotCostParams) (LedgerLotCostRow, error) {
+	row := q.db.QueryRow(ctx, ledgerLotCost, arg.AccountID, arg.ID)
+	var i LedgerLotCostRow
+	err := row.Scan(&i.CostAmount, &i.CostCurrency)
+	return i, err
 }
 
 const ledgerOverReversedPayments = `-- name: LedgerOverReversedPayments :many

@@ -13,7 +13,7 @@ import (
 const stripeEventsCheckoutState = `-- name: StripeEventsCheckoutState :one
 SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = $1::text) AS recorded,
        t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
-       t.status AS order_status,
+       t.status AS order_status, t.credits AS order_credits,
        a.id AS account_id, a.currency AS account_currency,
        EXISTS (
            SELECT 1 FROM stripe_events p
@@ -40,6 +40,7 @@ type StripeEventsCheckoutStateRow struct {
 	OrderAmount     *int64
 	OrderCurrency   *string
 	OrderStatus     *string
+	OrderCredits    *int64
 	AccountID       *string
 	AccountCurrency *string
 	ParkedWaiting   bool
@@ -67,6 +68,7 @@ func (q *Queries) StripeEventsCheckoutState(ctx context.Context, arg StripeEvent
 		&i.OrderAmount,
 		&i.OrderCurrency,
 		&i.OrderStatus,
+		&i.OrderCredits,
 		&i.AccountID,
 		&i.AccountCurrency,
 		&i.ParkedWaiting,
