@@ -112,7 +112,7 @@ var journalCSVHeader = []string{"date", "account", "debit_account", "credit_acco
 // page at a time; a failure after the first byte cuts the connection, so a truncated journal is never
 // mistaken for a whole one.
 func handleGetJournal(d Deps) http.Handler {
-	names := d.Config.Journal
+	names := d.Config.Journal.OrDefaults()
 	books := map[string][2]string{
 		"purchase":       {names.Cash, names.DeferredRevenue},
 		"recognised":     {names.DeferredRevenue, names.Revenue},

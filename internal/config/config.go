@@ -84,6 +84,18 @@ type JournalAccounts struct {
 	Chargebacks     string // JOURNAL_ACCOUNT_CHARGEBACKS, "Chargebacks": what disputes took back
 }
 
+// OrDefaults is j with each name left empty set to its default.
+func (j JournalAccounts) OrDefaults() JournalAccounts {
+	return JournalAccounts{
+		DeferredRevenue: or(j.DeferredRevenue, "Deferred revenue"),
+		Revenue:         or(j.Revenue, "Revenue"),
+		Breakage:        or(j.Breakage, "Breakage revenue"),
+		Cash:            or(j.Cash, "Cash"),
+		Refunds:         or(j.Refunds, "Refunds"),
+		Chargebacks:     or(j.Chargebacks, "Chargebacks"),
+	}
+}
+
 // Tracing is read from OpenTelemetry's standard variables, the subset an OTLP/HTTP exporter of
 // traces needs. Endpoint empty is off: no exporter, no tracer provider.
 type Tracing struct {
@@ -128,13 +140,13 @@ func Load(getenv func(string) string) (Config, error) {
 		DataDir:         or(getenv("ONCELEDGER_DATA_DIR"), ".data"),
 		AllowedHosts:    list(strings.ToLower(getenv("ALLOWED_HOSTS"))),
 		Journal: JournalAccounts{
-			DeferredRevenue: or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_DEFERRED_REVENUE")), "Deferred revenue"),
-			Revenue:         or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_REVENUE")), "Revenue"),
-			Breakage:        or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_BREAKAGE")), "Breakage revenue"),
-			Cash:            or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_CASH")), "Cash"),
-			Refunds:         or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_REFUNDS")), "Refunds"),
-			Chargebacks:     or(strings.TrimSpace(getenv("JOURNAL_ACCOUNT_CHARGEBACKS")), "Chargebacks"),
-		},
+			DeferredRevenue: strings.TrimSpace(getenv("JOURNAL_ACCOUNT_DEFERRED_REVENUE")),
+			Revenue:         strings.TrimSpace(getenv("JOURNAL_ACCOUNT_REVENUE")),
+			Breakage:        strings.TrimSpace(getenv("JOURNAL_ACCOUNT_BREAKAGE")),
+			Cash:            strings.TrimSpace(getenv("JOURNAL_ACCOUNT_CASH")),
+			Refunds:         strings.TrimSpace(getenv("JOURNAL_ACCOUNT_REFUNDS")),
+			Chargebacks:     strings.TrimSpace(getenv("JOURNAL_ACCOUNT_CHARGEBACKS")),
+		}.OrDefaults(),
 	}
 	var errs []error
 	var err error

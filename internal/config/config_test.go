@@ -252,3 +252,19 @@ func TestDangerousSettingsAreRefused(t *testing.T) {
 		t.Fatalf("CONSOLE_SECURE_COOKIE=on behind a proxy on loopback: %v, secure cookies %t", err, proxied.SecureCookies)
 	}
 }
+
+// The journal's general-ledger account names default to the usual ones; each JOURNAL_ACCOUNT_* renames one.
+func TestJournalAccounts(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(func(name string) string {
+		return map[string]string{"ONCELEDGER_API_KEYS": "k_0123456789abcdef0123456789abcdef", "JOURNAL_ACCOUNT_REVENUE": " 4000 Sales "}[name]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.JournalAccounts{DeferredRevenue: "Deferred revenue", Revenue: "4000 Sales", Breakage: "Breakage revenue",
+		Cash: "Cash", Refunds: "Refunds", Chargebacks: "Chargebacks"}
+	if c.Journal != want {
+		t.Fatalf("journal accounts %+v, want %+v", c.Journal, want)
+	}
+}
