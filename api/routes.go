@@ -81,6 +81,7 @@ func routes(d Deps) *mux.Router {
 	console.handle(http.MethodGet, "/console/search", page(c.Search()))
 	console.handle(http.MethodGet, "/console/drift", page(c.Drift()))
 	console.handle(http.MethodGet, "/console/audit", page(c.Audit()))
+	console.handle(http.MethodGet, "/console/finance", page(c.Finance()))
 
 	// Open: for load balancers and API clients. The metrics show the service's internals: Prometheus
 	// scrapes them with a read key (authorization: bearer).

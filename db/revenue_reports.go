@@ -413,3 +413,14 @@ func JournalLines(ctx context.Context, q Conn, from, to time.Time, each func(Jou
 		p.AfterTime, p.AfterAccount, p.AfterLot, p.AfterEntry, p.AfterPosting = last.CreatedAt, last.AccountID, last.LotID, last.EntryID, last.PostingEntryID
 	}
 }
+
+// OpenPeriodReport returns the liability report of the current month by the database's clock, from its
+// first instant to the next month's: the open period so far.
+func OpenPeriodReport(ctx context.Context, q Conn) (LiabilityReport, error) {
+	now, err := dbsqlc.New(q).RevenuePeriodsClock(ctx)
+	if err != nil {
+		return LiabilityReport{}, fmt.Errorf("the database's time: %w", MapError(err))
+	}
+	month := startOfMonth(now.UTC())
+	return LiabilityReportOf(ctx, q, month, month.AddDate(0, 1, 0))
+}

@@ -83,6 +83,7 @@ func (c *Console) Account() http.Handler   { return c.handle(c.account) }
 func (c *Console) Search() http.Handler    { return c.handle(c.search) }
 func (c *Console) Drift() http.Handler     { return c.handle(c.drift) }
 func (c *Console) Audit() http.Handler     { return c.handle(c.audit) }
+func (c *Console) Finance() http.Handler   { return c.handle(c.finance) }
 
 // Static serves the embedded stylesheet, routed under /console/static/ (embedded as static/).
 func (c *Console) Static() http.Handler {

@@ -11,7 +11,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each rendered inside layout.html.
-var pageNames = []string{"login", "overview", "events", "event", "account", "search", "drift", "audit", "error"}
+var pageNames = []string{"login", "overview", "events", "event", "account", "search", "drift", "audit", "finance", "error"}
 
 func parsePages() map[string]*template.Template {
 	pages := make(map[string]*template.Template, len(pageNames))
