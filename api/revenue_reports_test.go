@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -353,4 +354,47 @@ func TestJournalBalancesAndMatchesTheReport(t *testing.T) {
 	s.call(http.MethodGet, "/v1/reports/journal?from=yesterday&to="+url.QueryEscape(to.Format(time.RFC3339)), nil).want(t, http.StatusBadRequest, "invalid_from")
 	s.call(http.MethodGet, "/v1/reports/liability?from="+url.QueryEscape(from.Format(time.RFC3339)), nil).want(t, http.StatusBadRequest, "invalid_to")
 	s.call(http.MethodGet, "/v1/reports/liability"+rangeQuery(from, to)+"&format=xml", nil).want(t, http.StatusBadRequest, "invalid_format")
+}
+
+// Closing one month from many requests at once closes it once: every request answers the same report
+// and digest, one row is stored, and one request's audit record says ok (the others are replays).
+func TestConcurrentClosesCloseOnce(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.account("acct_race", "usd")
+	s.postEntry(db.Posting{AccountID: "acct_race", Kind: db.KindTopup, Amount: 500, DedupeKey: "race:topup", Cost: &db.Cost{Amount: 250, Currency: "usd"}})
+	last := s.thisMonth().AddDate(0, -1, 0)
+	s.exec(`UPDATE credit_lots SET created_at = $1 WHERE account_id = 'acct_race'`, last.AddDate(0, 0, 9))
+
+	const racers = 8
+	digests := make(chan string, racers)
+	var wg sync.WaitGroup
+	for range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := s.call(http.MethodPost, "/v1/periods/"+last.Format("2006-01")+"/close", nil)
+			if r.Status != http.StatusOK {
+				t.Errorf("a racing close answered %d %s", r.Status, r.Body)
+			}
+			digests <- r.Header.Get("Report-Digest")
+		}()
+	}
+	wg.Wait()
+	close(digests)
+	first := <-digests
+	for d := range digests {
+		if d != first {
+			t.Fatalf("racing closes answered digests %s and %s", first, d)
+		}
+	}
+	if n := s.count(`SELECT count(*) FROM revenue_periods`); n != 1 {
+		t.Fatalf("%d closed periods stored, want 1", n)
+	}
+	if n := s.count(`SELECT count(*) FROM revenue_period_balances WHERE measure = 'purchased' AND amount = 250`); n != 1 {
+		t.Fatalf("%d purchased totals of 250 stored, want 1", n)
+	}
+	if n := s.count(`SELECT count(*) FROM audit_log WHERE action = 'POST /v1/periods/{period}/close' AND outcome = 'ok'`); n != 1 {
+		t.Fatalf("%d ok audit records, want 1", n)
+	}
 }
