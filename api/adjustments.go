@@ -45,6 +45,9 @@ func handlePostAdjustment(d Deps) http.Handler {
 		// Who and what the adjustment is for, stored on its entry (e.g. a credit back for one agent's run).
 		Subject *string `json:"subject"`
 		Feature *string `json:"feature"`
+		// What was paid for a credit's lot (default: nothing), recognised as revenue as it is spent.
+		CostAmount   *int64  `json:"cost_amount"`
+		CostCurrency *string `json:"cost_currency"`
 	}
 	type response struct {
 		Posted bool      `json:"posted"`
@@ -88,9 +91,13 @@ func handlePostAdjustment(d Deps) http.Handler {
 		if *req.Amount < 0 && (req.Category != nil || req.Priority != nil || req.ExpiresAt != nil) {
 			return badRequest("invalid_lot_terms", "category, priority and expires_at are for credits (a positive amount)")
 		}
+		cost, err := adjustmentCost(*req.Amount, terms.Category, req.CostAmount, req.CostCurrency)
+		if err != nil {
+			return err
+		}
 		posting := db.Posting{
 			AccountID: id, Kind: db.KindAdjustment, Amount: *req.Amount, Description: description,
-			DedupeKey: adjustmentKey(id, key), NoOverdraw: true,
+			DedupeKey: adjustmentKey(id, key), NoOverdraw: true, Cost: cost,
 		}
 		if posting.Subject, posting.Feature, err = spentBy(req.Subject, req.Feature); err != nil {
 			return err
@@ -110,12 +117,48 @@ func handlePostAdjustment(d Deps) http.Handler {
 			if e := posted.Entry; e.Description != description || e.Subject != posting.Subject || e.Feature != posting.Feature {
 				return fmt.Errorf("%w: Idempotency-Key %q was used with another description, subject or feature", db.ErrDedupeConflict, key)
 			}
+			prior, err := db.EntryLotCost(r.Context(), d.Pool, posted.Entry)
+			if err != nil {
+				return err
+			}
+			if !sameCost(prior, cost) {
+				return fmt.Errorf("%w: Idempotency-Key %q was used with another cost", db.ErrDedupeConflict, key)
+			}
 			writeJSON(w, http.StatusOK, response{Posted: false, Entry: entryOut(posted.Entry)})
 			return nil
 		}
 		writeJSON(w, http.StatusCreated, response{Posted: true, Entry: entryOut(posted.Entry)})
 		return nil
 	})
+}
+
+// adjustmentCost is the cost an adjustment names for its credit's lot: nil when it names none. Both
+// fields go together, for a credit (a positive amount) of a paid lot; a promotional credit costs nothing.
+func adjustmentCost(amount int64, category string, costAmount *int64, costCurrency *string) (*db.Cost, error) {
+	if costAmount == nil && costCurrency == nil {
+		return nil, nil
+	}
+	if amount < 0 {
+		return nil, badRequest("invalid_cost_amount", "cost_amount and cost_currency are for credits (a positive amount)")
+	}
+	if costAmount == nil || *costAmount < 0 || *costAmount > maxAmount {
+		return nil, badRequest("invalid_cost_amount", "cost_amount is required with cost_currency: a whole number of minor units from 0 to 10^15")
+	}
+	if costCurrency == nil || !currencyPattern.MatchString(*costCurrency) {
+		return nil, badRequest("invalid_cost_currency", `cost_currency is required with cost_amount: a lower-case ISO 4217 code such as "usd"`)
+	}
+	if *costAmount > 0 && category != db.LotPaid {
+		return nil, badRequest("invalid_cost_amount", `a credit that cost something is paid: cost_amount above 0 needs "category": "paid"`)
+	}
+	return &db.Cost{Amount: *costAmount, Currency: *costCurrency}, nil
+}
+
+// sameCost: two costs are the same, nil (nothing named) being a cost of nothing.
+func sameCost(a, b *db.Cost) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
 }
 
 func idempotencyKey(r *http.Request) (string, error) {

@@ -17,6 +17,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AccountUnit.
+const (
+	AccountUnitCredits  AccountUnit = "credits"
+	AccountUnitCurrency AccountUnit = "currency"
+)
+
+// Valid indicates whether the value is a known member of the AccountUnit enum.
+func (e AccountUnit) Valid() bool {
+	switch e {
+	case AccountUnitCredits:
+		return true
+	case AccountUnitCurrency:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EntryKind.
 const (
 	EntryKindAdjustment    EntryKind = "adjustment"
@@ -362,6 +380,24 @@ func (e TopupStatus) Valid() bool {
 	}
 }
 
+// Defines values for PutAccountJSONBodyUnit.
+const (
+	PutAccountJSONBodyUnitCredits  PutAccountJSONBodyUnit = "credits"
+	PutAccountJSONBodyUnitCurrency PutAccountJSONBodyUnit = "currency"
+)
+
+// Valid indicates whether the value is a known member of the PutAccountJSONBodyUnit enum.
+func (e PutAccountJSONBodyUnit) Valid() bool {
+	switch e {
+	case PutAccountJSONBodyUnitCredits:
+		return true
+	case PutAccountJSONBodyUnitCurrency:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PostAdjustmentJSONBodyCategory.
 const (
 	PostAdjustmentJSONBodyCategoryPaid        PostAdjustmentJSONBodyCategory = "paid"
@@ -575,7 +611,13 @@ type Account struct {
 
 	// Recharge Auto-recharge settings (on GET /v1/accounts/{id}).
 	Recharge *Recharge `json:"recharge,omitempty"`
+
+	// Unit What the balance counts: `currency` (its minor unit) or `credits` (bought at a top-up's price, in any currency).
+	Unit AccountUnit `json:"unit"`
 }
+
+// AccountUnit What the balance counts: `currency` (its minor unit) or `credits` (bought at a top-up's price, in any currency).
+type AccountUnit string
 
 // AccountCreated defines model for AccountCreated.
 type AccountCreated struct {
@@ -1007,10 +1049,15 @@ type Subject = string
 
 // Topup defines model for Topup.
 type Topup struct {
-	AccountID   AccountID `json:"account_id"`
+	AccountID AccountID `json:"account_id"`
+
+	// Amount The price, in the minor units of currency.
 	Amount      int64     `json:"amount"`
 	CheckoutURL *string   `json:"checkout_url"`
 	CreatedAt   time.Time `json:"created_at"`
+
+	// Credits What the order buys.
+	Credits int64 `json:"credits"`
 
 	// Currency Lower-case ISO 4217 code, as Stripe writes it. Never converted.
 	Currency      Currency   `json:"currency"`
@@ -1065,7 +1112,13 @@ type Unavailable = Error
 type PutAccountJSONBody struct {
 	// Currency Lower-case ISO 4217 code, as Stripe writes it. Never converted.
 	Currency Currency `json:"currency"`
+
+	// Unit `credits`: the balance counts credits, which top-ups buy at their own price in any currency (no auto-recharge).
+	Unit *PutAccountJSONBodyUnit `json:"unit,omitempty"`
 }
+
+// PutAccountJSONBodyUnit defines parameters for PutAccount.
+type PutAccountJSONBodyUnit string
 
 // PostAdjustmentJSONBody defines parameters for PostAdjustment.
 type PostAdjustmentJSONBody struct {
@@ -1074,6 +1127,13 @@ type PostAdjustmentJSONBody struct {
 
 	// Category A credit's lot; default promotional.
 	Category *PostAdjustmentJSONBodyCategory `json:"category,omitempty"`
+
+	// CostAmount What was paid for the credit's lot, in `cost_currency`'s minor units (with it; a credit only;
+	// above 0 only for `"category": "paid"`). Recognised as revenue as the lot is spent. Default: nothing.
+	CostAmount *int64 `json:"cost_amount,omitempty"`
+
+	// CostCurrency Lower-case ISO 4217 code, as Stripe writes it. Never converted.
+	CostCurrency *Currency `json:"cost_currency,omitempty"`
 
 	// Description No NUL characters.
 	Description *string `json:"description,omitempty"`
@@ -1210,8 +1270,15 @@ type GetStatementParamsFormat string
 
 // PostTopupJSONBody defines parameters for PostTopup.
 type PostTopupJSONBody struct {
+	// Amount The price, in the minor units of `currency`; the payment must be exactly this.
 	Amount    int64   `json:"amount"`
 	CancelURL *string `json:"cancel_url,omitempty"`
+
+	// Credits What the price buys, credited exactly once paid. Default `amount`.
+	Credits *int64 `json:"credits,omitempty"`
+
+	// Currency The payment's currency. Default the account's; only an account with `"unit":"credits"` may name another.
+	Currency *Currency `json:"currency,omitempty"`
 
 	// SavePaymentMethod Save the card for auto-recharge: the session gets the account's Stripe customer (created once)
 	// and `payment_intent_data.setup_future_usage=off_session`; the webhook records the card.

@@ -93,7 +93,56 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 	if err != nil {
 		return nil, err
 	}
-	return append(out, lots...), nil
+	out = append(out, lots...)
+
+	revenue, err := revenueViolations(ctx, queries)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, revenue...), nil
+}
+
+// revenueViolations checks revenue recognition (SPEC §19): every recognition row is what its movement
+// booked, every movement of a priced lot is booked once and in full, every lot has recognised the cost
+// its drawn credits used up, and per currency the rollforward (purchased - recognised - breakage -
+// refunded - disputed + restored) closes on the unrecognised cost of the open lots.
+func revenueViolations(ctx context.Context, queries *dbsqlc.Queries) ([]Violation, error) {
+	var out []Violation
+	rows, err := queries.RevenueRecognitionsRowMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check recognitions: %w", MapError(err))
+	}
+	for _, r := range rows {
+		out = append(out, Violation{"recognition", fmt.Sprintf("account %s: lot %d, entry %d (%s, posted by %d): %s of %d credits to %d drawn books %d, want %d",
+			r.AccountID, r.LotID, r.EntryID, r.EntryKind, r.PostingEntryID, r.Kind, r.Credits, r.DrawnAfter, r.Amount, r.Expected)})
+	}
+	movements, err := queries.RevenueRecognitionsMovementMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check recognised movements: %w", MapError(err))
+	}
+	for _, m := range movements {
+		out = append(out, Violation{"recognition", fmt.Sprintf("account %s: lot %d, entry %d moved %d credits, its recognitions count %d",
+			m.AccountID, m.LotID, m.EntryID, m.Moved, m.Booked)})
+	}
+	lots, err := queries.RevenueRecognitionsLotMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check lots' recognitions: %w", MapError(err))
+	}
+	for _, l := range lots {
+		out = append(out, Violation{"recognition", fmt.Sprintf("account %s: lot %d (amount %d, remaining %d, cost %d) recognised %d, want %d",
+			l.AccountID, l.LotID, l.Amount, l.Remaining, l.CostAmount, l.Recognised, l.Expected)})
+	}
+	currencies, err := queries.RevenueRollforward(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check the revenue rollforward: %w", MapError(err))
+	}
+	for _, c := range currencies {
+		if c.Closing != c.Deferred {
+			out = append(out, Violation{"rollforward", fmt.Sprintf("%s: purchased %d - recognised %d - breakage %d - refunded %d - disputed %d + restored %d = %d, open lots' unrecognised cost %d",
+				c.Currency, c.Purchased, c.Recognised, c.Breakage, c.Refunded, c.Disputed, c.Restored, c.Closing, c.Deferred)})
+		}
+	}
+	return out, nil
 }
 
 // Review is a parked event that verify does not report because someone reviewed it.

@@ -314,6 +314,9 @@ type reversalObject struct {
 	currency, status, caseType string
 	created                    time.Time
 	reversal, restore          *db.Entry
+	// order is the paid order of its payment, when known: its reversal takes back the credits its
+	// amount bought at the order's price.
+	order *db.Topup
 }
 
 // driftCheck is one pass's working state, between the listing and the record.
@@ -476,9 +479,9 @@ func (c *driftCheck) addReversal(kind *reversalKind, id string, pi *stripe.Payme
 	}
 	switch p, order := c.payments[o.paymentIntent], c.byIntent[o.paymentIntent]; {
 	case p != nil:
-		o.accountID = p.order.AccountID
+		o.accountID, o.order = p.order.AccountID, p.order
 	case order != nil:
-		o.accountID = order.AccountID
+		o.accountID, o.order = order.AccountID, order
 	case creditAccount == "":
 		c.rep.Others++ // a payment that is not ours
 		return
@@ -725,12 +728,17 @@ func (c *driftCheck) match() {
 	})
 }
 
-// checkPayment: a succeeded payment has exactly one topup credit, of its amount, in its order's
-// currency; a payment that did not succeed has none.
+// checkPayment: a succeeded payment has exactly one topup credit, of its amount (of the credits its
+// order bought, for an order with a price: paid at exactly that price), in its order's currency; a
+// payment that did not succeed has none.
 func checkPayment(p *payment) (db.Drift, bool) {
 	var credited int64
 	for _, e := range p.credits {
 		credited += e.Amount
+	}
+	want := p.amount
+	if p.order != nil && p.order.Credits != 0 {
+		want = p.order.CreditsFor(p.amount)
 	}
 	d := db.Drift{
 		AccountID: p.order.AccountID, ObjectID: p.paymentIntent, PaymentIntent: p.paymentIntent, StripeAmount: p.amount,
@@ -746,7 +754,9 @@ func checkPayment(p *payment) (db.Drift, bool) {
 		}
 	case len(p.credits) > 1:
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("paid %d once, credited %d times (%d in all)", p.amount, len(p.credits), credited)
-	case credited != p.amount:
+	case p.order != nil && p.order.Credits != 0 && p.order.Amount != p.amount:
+		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("paid %d at Stripe for an order priced %d", p.amount, p.order.Amount)
+	case credited != want:
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("paid %d at Stripe, credited %d", p.amount, credited)
 	case p.order.Currency != "" && !strings.EqualFold(p.order.Currency, p.currency):
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("paid in %s, credited to an order in %s", p.currency, p.order.Currency)
@@ -761,6 +771,11 @@ func checkPayment(p *payment) (db.Drift, bool) {
 // moved says it moved money (a match worth a digest line).
 func checkReversal(o *reversalObject) (d db.Drift, line string, moved, ok bool) {
 	reversed, restored := o.kind.moves(o.status, o.caseType)
+	// What the ledger takes back: the credits o.amount bought (the amount itself, 1:1, without an order).
+	want := o.amount
+	if o.order != nil && o.order.Credits != 0 {
+		want = o.order.CreditsFor(o.amount)
+	}
 	d = db.Drift{
 		AccountID: o.accountID, ObjectID: o.id, PaymentIntent: o.paymentIntent, StripeAmount: o.amount,
 		Currency: o.currency, ObjectCreated: o.created,
@@ -775,13 +790,13 @@ func checkReversal(o *reversalObject) (d db.Drift, line string, moved, ok bool) 
 		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the ledger holds its %s, but the %s is %s at Stripe, which moves no money", o.kind.reversalEntry, o.kind.name, o.status)
 	case o.reversal == nil:
 		d.Reason, d.Detail = o.kind.missing, fmt.Sprintf("%s %d %s (%s) at Stripe, nothing taken back", o.kind.name, o.amount, o.currency, o.status)
-	case -o.reversal.Amount != o.amount:
+	case -o.reversal.Amount != want:
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("%s %d at Stripe, %d taken back", o.kind.name, o.amount, -o.reversal.Amount)
 	case restored && o.restore == nil:
 		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the %s is %s at Stripe, but the ledger has no %s", o.kind.name, o.status, o.kind.restoreEntry)
 	case !restored && o.restore != nil:
 		d.Reason, d.Detail = db.DriftStatusDiffers, fmt.Sprintf("the ledger holds a %s, but the %s is %s at Stripe", o.kind.restoreEntry, o.kind.name, o.status)
-	case o.restore != nil && o.restore.Amount != o.amount:
+	case o.restore != nil && o.restore.Amount != want:
 		d.Reason, d.Detail = db.DriftAmountDiffers, fmt.Sprintf("%s %d at Stripe, %d given back", o.kind.name, o.amount, o.restore.Amount)
 	default:
 		line = fmt.Sprintf("%s %s %d %s", o.kind.name, o.id, o.amount, o.reversal.DedupeKey)
