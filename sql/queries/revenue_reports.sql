@@ -6,7 +6,7 @@
 --   purchased: every lot, at its cost (0 for grants and promotional adjustments), dated by the lot.
 --   recognised, breakage, refunded, disputed, restored: a priced lot's movements, as revenue_recognitions
 --   booked them (money and credits), dated by the recognition; an unpriced lot's draws and refills
---   (credits only, money 0), by the entry's kind, dated by the entry.
+--   (credits only, money 0), by the entry's kind (a refill: restored), dated by the entry.
 -- A lot without a cost currency (nothing was paid) counts in its account's currency.
 SELECT t.currency::text AS currency, t.measure::text AS measure,
        coalesce(sum(t.amount_from), 0)::bigint AS amount_from,
@@ -41,35 +41,23 @@ FROM (
     GROUP BY 1, 2
     UNION ALL
     SELECT coalesce(l.cost_currency, a.currency),
-           CASE WHEN e.kind IN ('expiry', 'void') THEN 'breakage'
+           CASE WHEN m.refill THEN 'restored'
+                WHEN e.kind IN ('expiry', 'void') THEN 'breakage'
                 WHEN e.kind = 'refund' THEN 'refunded'
                 WHEN e.kind = 'dispute' THEN 'disputed'
                 ELSE 'recognised' END,
            0,
-           sum(d.amount) FILTER (WHERE e.created_at < @from_time AND l.category = 'paid'),
-           sum(d.amount) FILTER (WHERE e.created_at < @from_time AND l.category = 'promotional'),
+           sum(m.amount) FILTER (WHERE e.created_at < @from_time AND l.category = 'paid'),
+           sum(m.amount) FILTER (WHERE e.created_at < @from_time AND l.category = 'promotional'),
            0,
-           sum(d.amount) FILTER (WHERE l.category = 'paid'),
-           sum(d.amount) FILTER (WHERE l.category = 'promotional')
-    FROM lot_draws d
-    JOIN credit_lots l ON l.account_id = d.account_id AND l.id = d.lot_id
-    JOIN ledger e ON e.account_id = d.account_id AND e.id = d.entry_id
-    JOIN accounts a ON a.id = d.account_id
-    WHERE l.cost_amount = 0
-      AND e.created_at < @to_time
-    GROUP BY 1, 2
-    UNION ALL
-    SELECT coalesce(l.cost_currency, a.currency), 'restored',
-           0,
-           sum(f.amount) FILTER (WHERE e.created_at < @from_time AND l.category = 'paid'),
-           sum(f.amount) FILTER (WHERE e.created_at < @from_time AND l.category = 'promotional'),
-           0,
-           sum(f.amount) FILTER (WHERE l.category = 'paid'),
-           sum(f.amount) FILTER (WHERE l.category = 'promotional')
-    FROM lot_refills f
-    JOIN credit_lots l ON l.account_id = f.account_id AND l.id = f.lot_id
-    JOIN ledger e ON e.account_id = f.account_id AND e.id = f.entry_id
-    JOIN accounts a ON a.id = f.account_id
+           sum(m.amount) FILTER (WHERE l.category = 'paid'),
+           sum(m.amount) FILTER (WHERE l.category = 'promotional')
+    FROM (SELECT d.account_id, d.entry_id, d.lot_id, d.amount, false AS refill FROM lot_draws d
+          UNION ALL
+          SELECT f.account_id, f.entry_id, f.lot_id, f.amount, true FROM lot_refills f) m
+    JOIN credit_lots l ON l.account_id = m.account_id AND l.id = m.lot_id
+    JOIN ledger e ON e.account_id = m.account_id AND e.id = m.entry_id
+    JOIN accounts a ON a.id = m.account_id
     WHERE l.cost_amount = 0
       AND e.created_at < @to_time
     GROUP BY 1, 2
