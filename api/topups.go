@@ -60,8 +60,8 @@ type topupResponse struct {
 func handlePostTopup(d Deps) http.Handler {
 	type request struct {
 		// Amount is the price, in the minor units of Currency; Credits what it buys (default: Amount).
-		Amount  *int64  `json:"amount"`
-		Credits *int64  `json:"credits"`
+		Amount  *int64 `json:"amount"`
+		Credits *int64 `json:"credits"`
 		// Currency defaults to the account's; only an account counted in credits may be paid in another.
 		Currency   *string `json:"currency"`
 		SuccessURL *string `json:"success_url"`
@@ -115,7 +115,7 @@ func handlePostTopup(d Deps) http.Handler {
 
 		order, created, err := db.InsertPendingTopup(r.Context(), d.Pool, db.Topup{
 			ID: newTopupID(), AccountID: acct.ID, Amount: *req.Amount, Credits: credits, Currency: currency,
-			IdempotencyKey: key,
+			IdempotencyKey:     key,
 			RequestFingerprint: topupFingerprint(key, *req.Amount, req.Credits, req.Currency, *req.SuccessURL, req.CancelURL, req.SavePaymentMethod),
 		})
 		if err != nil {

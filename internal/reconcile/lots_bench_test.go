@@ -135,4 +135,3 @@ func BenchmarkBillingRevenue(b *testing.B) {
 		})
 	}
 }
-
