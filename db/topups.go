@@ -176,7 +176,7 @@ func PayTopup(ctx context.Context, q Conn, o Topup, eventID string) (order Topup
 	r := rows[0]
 	return topupFromRow(dbsqlc.Topup{
 		ID: r.ID, AccountID: r.AccountID, SessionID: r.SessionID, PaymentIntent: r.PaymentIntent, Amount: r.Amount,
-		Currency: r.Currency, Status: r.Status, CheckoutURL: r.CheckoutURL, PaidEventID: r.PaidEventID,
+		Credits: r.Credits, Currency: r.Currency, Status: r.Status, CheckoutURL: r.CheckoutURL, PaidEventID: r.PaidEventID,
 		CreatedAt: r.CreatedAt, PaidAt: r.PaidAt, IdempotencyKey: r.IdempotencyKey, RequestFingerprint: r.RequestFingerprint,
 	}), true, nil
 }

@@ -628,3 +628,41 @@ func TestDriftScheduledPassChecksEachDayOnce(t *testing.T) {
 		t.Fatalf("%d checkpoints, want 7", n)
 	}
 }
+
+// A priced order (1000 credits for 333) paid at its price and then partly refunded is no drift: the
+// payment is checked against the order's price and its credits, the refund against the credits its
+// money bought (111 of 333: 333 credits).
+func TestDriftPricedOrderAndItsPartialRefundAreClean(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	w := newDriftWorld(t, now.Add(-20*time.Minute))
+	since, until := now.Add(-30*time.Minute), now.Add(30*time.Minute)
+	w.account("acct_p")
+	if _, _, err := db.InsertPendingTopup(w.ctx, w.pool, db.Topup{ID: "top_p", AccountID: "acct_p", Amount: 333, Credits: 1000, Currency: "usd"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetTopupSession(w.ctx, w.pool, "top_p", "cs_p", "https://checkout.stripe.com/c/pay/cs_p"); err != nil {
+		t.Fatal(err)
+	}
+	session, intent := w.checkout("p", "acct_p", "top_p", 333, false)
+	refund := w.refund("re_p", "pi_p", 111, "succeeded")
+	w.hold(session, intent, refund)
+	w.deliver(w.event("checkout.session.completed", session))
+	w.deliver(w.event("charge.refund.updated", refund))
+	w.publish()
+	if b := balanceOf(t, w, "acct_p"); b != 1000-333 {
+		t.Fatalf("balance %d, want 667", b)
+	}
+	if rep := w.check(since, until); len(rep.Found) != 0 || rep.Checkpoint == nil {
+		t.Fatalf("found %v; want a clean, checkpointed window", found(rep))
+	}
+}
+
+func balanceOf(t *testing.T, w *driftWorld, account string) int64 {
+	t.Helper()
+	acct, err := db.GetAccount(w.ctx, w.pool, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acct.Balance
+}

@@ -193,7 +193,7 @@ func (p *Processor) topup(ctx context.Context, tx db.Tx, ev event, s checkoutSes
 func (p *Processor) creditOrder(ctx context.Context, tx db.Tx, out *outcome, ev event, order db.Topup, description string, prefetched map[string]refundLister) error {
 	var err error
 	out.credited, err = p.post(ctx, tx, out, db.Posting{
-		AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.Credits,
+		AccountID: order.AccountID, Kind: db.KindTopup, Amount: order.CreditsFor(order.Amount),
 		Description: description, DedupeKey: "stripe:" + ev.ID, PaymentIntent: order.PaymentIntent,
 		// The order is the contract: its credits, bought at its price.
 		Cost: order.Price(),

@@ -444,6 +444,8 @@ ALTER TABLE ledger
     DROP COLUMN lot_cost_amount,
     DROP COLUMN lot_cost_currency;
 
+DROP TRIGGER topups_credits_default ON topups;
+DROP FUNCTION topups_credits_default();
 ALTER TABLE topups DROP COLUMN credits;
 COMMENT ON COLUMN topups.amount IS NULL;
 

@@ -40,6 +40,28 @@ COMMENT ON COLUMN topups.credits IS
 COMMENT ON CONSTRAINT topups_credits_positive_check ON topups IS
     'An order buys a positive number of credits.';
 
+-- An order that names no credits buys its amount, 1:1: the recharge attempt's order, which
+-- accounts_available_watch inserts in the account's currency (an account counted in credits has no
+-- recharge, accounts_recharge_unit_check), and any writer that predates the column.
+CREATE FUNCTION topups_credits_default() RETURNS trigger
+    LANGUAGE plpgsql AS
+$$
+BEGIN
+    NEW.credits := coalesce(NEW.credits, NEW.amount);
+    RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION topups_credits_default() IS
+    'Before an order is inserted: credits not named are the amount (1:1).';
+
+CREATE TRIGGER topups_credits_default
+    BEFORE INSERT ON topups
+    FOR EACH ROW EXECUTE FUNCTION topups_credits_default();
+
+COMMENT ON TRIGGER topups_credits_default ON topups IS
+    'An order that names no credits (a recharge attempt''s) buys its amount, 1:1.';
+
 -- Ledger: the cost a credit's lot is to carry, beside its other lot terms (lot_category, ...). NOT VALID:
 -- every existing entry has neither, and validating would scan the whole ledger under an exclusive lock.
 ALTER TABLE ledger
