@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -33,8 +34,12 @@ func TestConsoleFinanceInBrowser(t *testing.T) {
 	}
 	post(db.Posting{AccountID: "acct_fin", Kind: db.KindTopup, Amount: 1000, DedupeKey: "fin:old", Cost: &db.Cost{Amount: 400, Currency: "usd"}})
 	var lastMonth string
-	if err := s.pool.QueryRow(ctx, `UPDATE credit_lots SET created_at = date_trunc('month', now()) - interval '10 days'
-		WHERE account_id = 'acct_fin' RETURNING to_char(created_at, 'YYYY-MM')`).Scan(&lastMonth); err != nil {
+	var tenDaysBefore time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT date_trunc('month', now()) - interval '10 days'`).Scan(&tenDaysBefore); err != nil {
+		t.Fatal(err)
+	}
+	lastMonth = tenDaysBefore.UTC().Format("2006-01")
+	if _, err := s.pool.Exec(ctx, `UPDATE credit_lots SET created_at = $1 WHERE account_id = 'acct_fin'`, tenDaysBefore); err != nil {
 		t.Fatal(err)
 	}
 	s.call(http.MethodPost, "/v1/periods/"+lastMonth+"/close", "", "")
