@@ -509,9 +509,16 @@ WITH batch AS (
 ), inserted AS (
     INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
     SELECT $9::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
-           coalesce((SELECT array_agg(p.limit_id ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}'),
-           coalesce((SELECT array_agg(p.window_start ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}')
+           coalesce(h.limit_ids, '{}'), coalesce(h.window_starts, '{}')
     FROM batch b
+    -- Each hold's pairs gathered in one pass (hashed by hold), not looked up per hold: a group of n
+    -- holds under k limits would otherwise scan n*k pairs n times.
+    LEFT JOIN (
+        SELECT p.hold_id, array_agg(p.limit_id ORDER BY p.limit_id) AS limit_ids,
+               array_agg(p.window_start ORDER BY p.limit_id) AS window_starts
+        FROM pairs p
+        GROUP BY p.hold_id
+    ) h ON h.hold_id = b.id
     ON CONFLICT (account_id, id) DO NOTHING
     RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 ), missed AS (
