@@ -92,6 +92,9 @@ WITH named AS (
         FROM captured h
         CROSS JOIN LATERAL generate_subscripts(h.limit_ids, 1) AS k
         JOIN spend_limits l ON l.account_id = h.account_id AND l.id = h.limit_ids[k] AND l.created_at <= h.created_at
+        -- A hold that counted in no window is left out before the join: the planner, which cannot
+        -- estimate a WITH's rows, would otherwise probe spend_limits once per hold captured.
+        WHERE cardinality(h.limit_ids) > 0
         GROUP BY h.account_id, l.id, h.window_starts[k]
     ) c
     WHERE w.account_id = c.account_id
@@ -244,6 +247,7 @@ WITH expired AS (
         FROM expired e
         CROSS JOIN LATERAL generate_subscripts(e.limit_ids, 1) AS k
         JOIN spend_limits l ON l.account_id = e.account_id AND l.id = e.limit_ids[k] AND l.created_at <= e.created_at
+        WHERE cardinality(e.limit_ids) > 0 -- as in HoldsCaptureForDecisions
         GROUP BY e.account_id, l.id, e.window_starts[k]
     ) c
     WHERE w.account_id = c.account_id
@@ -509,9 +513,16 @@ WITH batch AS (
 ), inserted AS (
     INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
     SELECT $9::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
-           coalesce((SELECT array_agg(p.limit_id ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}'),
-           coalesce((SELECT array_agg(p.window_start ORDER BY p.limit_id) FROM pairs p WHERE p.hold_id = b.id), '{}')
+           coalesce(h.limit_ids, '{}'), coalesce(h.window_starts, '{}')
     FROM batch b
+    -- Each hold's pairs gathered in one pass (hashed by hold), not looked up per hold: a group of n
+    -- holds under k limits would otherwise scan n*k pairs n times.
+    LEFT JOIN (
+        SELECT p.hold_id, array_agg(p.limit_id ORDER BY p.limit_id) AS limit_ids,
+               array_agg(p.window_start ORDER BY p.limit_id) AS window_starts
+        FROM pairs p
+        GROUP BY p.hold_id
+    ) h ON h.hold_id = b.id
     ON CONFLICT (account_id, id) DO NOTHING
     RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
 ), missed AS (

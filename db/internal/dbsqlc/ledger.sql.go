@@ -223,6 +223,7 @@ FROM (
     FROM decisions d
     -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
     JOIN unnest($1::text[]) AS locked (account_id) ON locked.account_id = d.account_id
+    -- Through holds_captured_apart_idx: only the holds captured apart from a decision are looked at.
     LEFT JOIN holds h
         ON h.account_id = d.account_id AND h.id = d.hold_id AND h.status = 'captured' AND h.decision_id IS NULL
     WHERE d.seq > $2::bigint

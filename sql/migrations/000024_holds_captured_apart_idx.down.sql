@@ -1,0 +1,1 @@
+DROP INDEX CONCURRENTLY holds_captured_apart_idx;

@@ -1,0 +1,1 @@
+COMMENT ON INDEX holds_captured_apart_idx IS NULL;
