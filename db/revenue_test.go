@@ -242,8 +242,9 @@ func TestRevenueTamperedRecognitionIsReported(t *testing.T) {
 // usage posted directly and billed from decisions, expiry of paid and promotional lots, voids,
 // refunds, disputes and their restores. Every seed ties out to the minor unit: verify's identities
 // hold (each row is its draw's, each lot has recognised what its drawn credits used of its cost, and per
-// currency the rollforward closes on the open lots' unrecognised cost), and no lot ever recognises more
-// than its cost.
+// currency the rollforward closes on the open lots' unrecognised cost), no lot ever recognises more
+// than its cost, and the liability report of every period between checkpoints taken along the way opens
+// and closes on the unrecognised cost the lots held at its two bounds.
 func TestRevenueRandomWorkloadTiesOut(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(4) {
@@ -281,7 +282,11 @@ func revenueWorkload(t *testing.T, seed uint64) {
 	n := 0
 	key := func(prefix string) string { n++; return fmt.Sprintf("%s%d", prefix, n) }
 	past := time.Now().Add(-time.Hour)
-	for range 300 {
+	checkpoints := []deferredAt{deferredNow(t, pool)}
+	for i := range 300 {
+		if i > 0 && i%60 == 0 {
+			checkpoints = append(checkpoints, deferredNow(t, pool))
+		}
 		a := accounts[rng.IntN(len(accounts))]
 		switch op := rng.IntN(20); {
 		case op < 4: // a paid top-up: on credits at a price in any currency, else 1:1 in the account's
@@ -363,6 +368,24 @@ func revenueWorkload(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	verifyClean(t, pool)
+	checkpoints = append(checkpoints, deferredNow(t, pool))
+	for i := 1; i < len(checkpoints); i++ {
+		from, to := checkpoints[i-1], checkpoints[i]
+		report, err := db.LiabilityReportOf(ctx, pool, from.at, to.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][2]int64{}
+		for _, c := range report.Currencies {
+			got[c.Currency] = [2]int64{c.Line("opening_deferred").Amount, c.Line("closing_deferred").Amount}
+		}
+		for _, currency := range []string{"eur", "gbp", "usd"} {
+			if want := [2]int64{from.cost[currency], to.cost[currency]}; got[currency] != want {
+				t.Errorf("seed %d, period %d (%s to %s), %s: report opens and closes at %v, the lots held %v unrecognised",
+					seed, i, from.at.Format(time.StampMicro), to.at.Format(time.StampMicro), currency, got[currency], want)
+			}
+		}
+	}
 	if n := count(t, pool, `
 		SELECT count(*)::int FROM credit_lots l
 		JOIN (SELECT account_id, lot_id, sum(amount) FILTER (WHERE kind <> 'restored') AS booked FROM revenue_recognitions GROUP BY 1, 2) r
@@ -379,6 +402,47 @@ func revenueWorkload(t *testing.T, seed uint64) {
 	if count(t, pool, `SELECT count(DISTINCT currency)::int FROM revenue_recognitions`) < 2 {
 		t.Errorf("seed %d: recognitions in fewer than two currencies", seed)
 	}
+}
+
+// deferredAt is the unrecognised cost of every priced lot per currency at an instant of the database's
+// clock, read straight from the lots and their recognition rows (not through the report).
+type deferredAt struct {
+	at   time.Time
+	cost map[string]int64
+}
+
+func deferredNow(t *testing.T, pool *pgxpool.Pool) deferredAt {
+	t.Helper()
+	ctx := context.Background()
+	d := deferredAt{cost: map[string]int64{}}
+	// One statement, one snapshot: the instant and the lots as they stand at it. Rows are dated by the
+	// transaction that wrote them, which began before this statement did.
+	rows, err := pool.Query(ctx, `
+		SELECT clock_timestamp(), coalesce(l.cost_currency, ''),
+		       coalesce(sum(l.cost_amount - coalesce(r.net, 0)), 0)::bigint
+		FROM (SELECT 1) one
+		LEFT JOIN credit_lots l ON l.cost_amount > 0
+		LEFT JOIN (SELECT account_id, lot_id, sum(CASE WHEN kind = 'restored' THEN -amount ELSE amount END) AS net
+		           FROM revenue_recognitions GROUP BY 1, 2) r ON r.account_id = l.account_id AND r.lot_id = l.id
+		GROUP BY 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var currency string
+		var cost int64
+		if err := rows.Scan(&d.at, &currency, &cost); err != nil {
+			t.Fatal(err)
+		}
+		if currency != "" {
+			d.cost[currency] = cost
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // billAll stores the decisions and bills every stored decision not billed yet, in chunks.
