@@ -113,6 +113,9 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 			return err
 		}
 	}
+	if err := restorePeriodsForeignKey(ctx, conn); err != nil {
+		return err
+	}
 	// Functions left on the coordinator when their migrations ran (the tables were not distributed yet)
 	// that triggers on the shards call on the workers: ledger_lots calls lots_apply_entry, and
 	// accounts_available_watch moves the recharge status with the shards' names.
@@ -123,6 +126,29 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 	} {
 		if _, err := conn.Exec(ctx, `SELECT create_distributed_function($1)`, f); err != nil {
 			return fmt.Errorf("distribute %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// restorePeriodsForeignKey adds back, between the two reference tables, the foreign key prepare.sql
+// dropped so that distributing revenue_periods would not turn revenue_period_balances into a Citus local
+// table; with the comment the migration gave it. Nothing to do when it is there already.
+func restorePeriodsForeignKey(ctx context.Context, conn *pgx.Conn) error {
+	var missing bool
+	err := conn.QueryRow(ctx, `SELECT to_regclass('revenue_period_balances') IS NOT NULL
+	        AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'revenue_period_balances_period_fk')`).Scan(&missing)
+	if err != nil || !missing {
+		return MapError(err)
+	}
+	for _, stmt := range []string{
+		`ALTER TABLE revenue_period_balances ADD CONSTRAINT revenue_period_balances_period_fk
+		     FOREIGN KEY (period) REFERENCES revenue_periods (period)`,
+		`COMMENT ON CONSTRAINT revenue_period_balances_period_fk ON revenue_period_balances IS
+		     'Totals are stored with their closed month, in its transaction.'`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("restore revenue_period_balances_period_fk: %w", err)
 		}
 	}
 	return nil

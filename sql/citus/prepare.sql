@@ -677,3 +677,16 @@ $$;
 COMMENT ON FUNCTION stripe_events_lock_parked(text) IS
     'On Citus: the events parked as unknown_payment for a payment, in arrival order, each locked on its own shard '
     '(SKIP LOCKED: one being replayed right now is passed over).';
+
+-- The closed periods' totals refer to their period: both are reference tables, but create_reference_table
+-- on revenue_periods would first turn every local table that refers to it into a Citus local table (a new
+-- shell, without the comments of its table, constraints and triggers). The foreign key is dropped here,
+-- before either is distributed, and added back once both are reference tables (db/citus.go).
+DO $periods$
+BEGIN
+    IF to_regclass('revenue_period_balances') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'revenue_period_balances'::regclass) THEN
+        ALTER TABLE revenue_period_balances DROP CONSTRAINT IF EXISTS revenue_period_balances_period_fk;
+    END IF;
+END;
+$periods$;
