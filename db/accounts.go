@@ -17,6 +17,8 @@ type Account struct {
 	Held      int64
 	// Unit is what the balance counts: UnitCurrency (Currency's minor unit) or UnitCredits.
 	Unit string
+	// ParentID is the pool the account draws on when its own available runs out ("": a root).
+	ParentID string
 }
 
 // Account units, as accounts_unit_check knows them.
@@ -44,16 +46,30 @@ type AccountCreated struct {
 // grant itself. An existing account with another currency is ErrCurrencyMismatch. The request's record
 // (PendingAudit) commits with the account this call created.
 func (l *Ledger) CreateAccount(ctx context.Context, id, currency string, grant int64) (AccountCreated, error) {
-	return l.CreateAccountIn(ctx, id, currency, UnitCurrency, grant)
+	return l.CreateMemberIn(ctx, id, currency, UnitCurrency, "", grant)
 }
 
 // CreateAccountIn is CreateAccount for an account counted in unit (UnitCurrency or UnitCredits). An
 // existing account counted in another unit is ErrCurrencyMismatch too.
 func (l *Ledger) CreateAccountIn(ctx context.Context, id, currency, unit string, grant int64) (AccountCreated, error) {
+	return l.CreateMemberIn(ctx, id, currency, unit, "", grant)
+}
+
+// CreateMember is CreateAccount for an account that draws on a pool, parentID ("": a root, as
+// CreateAccount).
+func (l *Ledger) CreateMember(ctx context.Context, id, currency, parentID string, grant int64) (AccountCreated, error) {
+	return l.CreateMemberIn(ctx, id, currency, UnitCurrency, parentID, grant)
+}
+
+// CreateMemberIn is CreateAccountIn for an account that draws on a pool, parentID ("": a root). An
+// existing account with another parent is ErrParentImmutable. A new member of a parent that does not
+// exist is ErrParentNotFound, of another currency or unit ErrCurrencyMismatch, below a tree's third
+// level ErrTreeTooDeep: the database refuses each (trigger accounts_parent_tree).
+func (l *Ledger) CreateMemberIn(ctx context.Context, id, currency, unit, parentID string, grant int64) (AccountCreated, error) {
 	var out AccountCreated
 	err := InAuditedTx(ctx, l.pool, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
-		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency, Unit: unit})
+		row, err := q.AccountsInsert(ctx, dbsqlc.AccountsInsertParams{ID: id, Currency: currency, Unit: unit, ParentID: parentID})
 		if isNoRows(err) {
 			existing, err := GetAccount(ctx, tx, id)
 			if err != nil {
@@ -65,6 +81,9 @@ func (l *Ledger) CreateAccountIn(ctx context.Context, id, currency, unit string,
 			}
 			if existing.Unit != unit {
 				return false, fmt.Errorf("%w: %s counts %s, asked for %s", ErrCurrencyMismatch, id, existing.Unit, unit)
+			}
+			if existing.ParentID != parentID {
+				return false, fmt.Errorf("%w: %s has parent %q, asked for %q", ErrParentImmutable, id, existing.ParentID, parentID)
 			}
 			return false, nil
 		}

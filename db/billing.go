@@ -77,15 +77,22 @@ func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size in
 		for i, u := range unbilled {
 			ids[i] = u.AccountID
 		}
-		rows, err := lockAccounts(ctx, q, ids)
+		// The accounts' pools are locked with them, roots first, for the cascades (SPEC §18).
+		pools, rows, err := lockTree(ctx, q, ids)
 		if err != nil {
 			return err
 		}
-		locked := lockedIDs(rows)
-		exists := make(map[string]bool, len(locked))
-		for _, id := range locked {
-			exists[id] = true
+		exists := make(map[string]bool, len(rows))
+		for _, r := range rows {
+			exists[r.ID] = true
 		}
+		var locked []string
+		for _, id := range ids {
+			if exists[id] {
+				locked = append(locked, id)
+			}
+		}
+		tree := pools.locked(rows)
 		for _, u := range unbilled {
 			if !exists[u.AccountID] {
 				out.Waiting = append(out.Waiting, WaitingAccount{AccountID: u.AccountID, Decisions: u.Decisions, FirstSeq: u.FirstSeq})
@@ -94,7 +101,7 @@ func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size in
 		if len(locked) == 0 {
 			return nil
 		}
-		entries, err := billUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
+		entries, err := billUsage(ctx, tx, afterSeq, out.UptoSeq, locked, tree)
 		if errors.Is(err, ErrOutOfRange) {
 			// One account's sum would leave a bigint, which fails the whole statement: bill the others.
 			if out.Unbillable, err = UnbillableAccounts(ctx, tx, afterSeq, out.UptoSeq); err != nil {
@@ -106,7 +113,7 @@ func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size in
 			for _, u := range out.Unbillable {
 				locked = slices.DeleteFunc(locked, func(id string) bool { return id == u.AccountID })
 			}
-			entries, err = billUsage(ctx, tx, afterSeq, out.UptoSeq, locked)
+			entries, err = billUsage(ctx, tx, afterSeq, out.UptoSeq, locked, tree)
 		}
 		if err != nil {
 			return err
@@ -130,7 +137,7 @@ func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size in
 
 // billUsage runs LedgerAppendForDecisions for the locked accounts in a savepoint, so that the statement
 // failing with ErrOutOfRange leaves the chunk's transaction usable.
-func billUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string) ([]Entry, error) {
+func billUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string, tree lockedTree) ([]Entry, error) {
 	if len(locked) == 0 {
 		return nil, nil
 	}
@@ -138,13 +145,14 @@ func billUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []str
 	err := InTx(ctx, tx, func(sp Tx) error {
 		rows, err := dbsqlc.New(sp).LedgerAppendForDecisions(ctx, dbsqlc.LedgerAppendForDecisionsParams{
 			AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIDs: locked,
+			TreeIDs: tree.ids, TreeParents: tree.parents, TreeDepths: tree.depths, TreeAvailable: tree.available,
 		})
 		entries = make([]Entry, len(rows))
 		for i, r := range rows {
 			entries[i] = Entry{
 				ID: r.ID, AccountID: r.AccountID, Kind: KindUsage, Amount: r.Amount, Description: r.Description,
 				DedupeKey: r.DedupeKey, CreatedAt: r.CreatedAt, Seq: r.Seq, BalanceAfter: r.BalanceAfter,
-				Subject: r.Subject, Feature: r.Feature,
+				Subject: r.Subject, Feature: r.Feature, OnBehalfOf: r.OnBehalfOf,
 			}
 		}
 		return MapError(err)

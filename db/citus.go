@@ -26,6 +26,7 @@ var accountTables = []string{
 	"decisions",
 	"topups",
 	"holds",
+	"hold_reservations",
 	"credit_lots", // before the lot tables whose foreign keys name it
 	"lot_draws",
 	"lot_refills",

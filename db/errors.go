@@ -25,6 +25,14 @@ var (
 	ErrInsufficientBalance = errors.New("insufficient balance")
 	// ErrCurrencyMismatch: the account exists with another currency.
 	ErrCurrencyMismatch = errors.New("account exists with another currency")
+	// ErrParentNotFound: a new member names a parent that does not exist (accounts_parent_fk).
+	ErrParentNotFound = errors.New("parent account not found")
+	// ErrParentImmutable: the account exists with another parent; a parent is set at creation only
+	// (accounts_parent_immutable).
+	ErrParentImmutable = errors.New("account exists with another parent")
+	// ErrTreeTooDeep: the parent is a tree's third level already, or the parent would make a cycle
+	// (accounts_depth_check, accounts_parent_acyclic_check).
+	ErrTreeTooDeep = errors.New("a tree of pools has at most three levels")
 	// ErrInvalidAmount: the amount's sign does not fit its kind (ledger_kind_sign_check).
 	ErrInvalidAmount = errors.New("amount sign does not fit the entry kind")
 	// ErrAppendOnly: something tried to change or delete a ledger entry (ledger_append_only).
@@ -49,6 +57,12 @@ var constraintErrors = map[[2]string]error{
 	{"holds", "holds_account_fk"}:               ErrAccountNotFound,
 	{"spend_limits", "spend_limits_account_fk"}: ErrAccountNotFound,
 	{"ledger", "ledger_kind_sign_check"}:        ErrInvalidAmount,
+	// Raised by accounts_parent_tree, the function behind the trigger of the same name, and CHECKs.
+	{"accounts", "accounts_parent_fk"}:             ErrParentNotFound,
+	{"accounts", "accounts_parent_currency_check"}: ErrCurrencyMismatch,
+	{"accounts", "accounts_parent_immutable"}:      ErrParentImmutable,
+	{"accounts", "accounts_depth_check"}:           ErrTreeTooDeep,
+	{"accounts", "accounts_parent_acyclic_check"}:  ErrTreeTooDeep,
 	// Raised by ledger_refuse_change, the function behind triggers ledger_append_only and ledger_no_truncate.
 	{"ledger", "ledger_append_only"}: ErrAppendOnly,
 	// Raised by ledger_chain_advance, the function behind trigger ledger_chain.

@@ -1,9 +1,11 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -51,6 +53,9 @@ type Hold struct {
 	// LimitIDs are the spend limits the hold was counted against, each in the window of WindowStarts.
 	LimitIDs     []string
 	WindowStarts []time.Time
+	// Pooled is what the hold reserved on its account's pools (SPEC §18); the account itself reserved
+	// Amount - Pooled.
+	Pooled int64
 }
 
 // HoldRequest asks for a hold: the caller's id, the amount, how long it lives, and who spends it on
@@ -70,6 +75,7 @@ func holdFromRow(r dbsqlc.Hold) Hold {
 		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, DecisionID: deref(r.DecisionID),
 		ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
 		Subject: deref(r.Subject), Feature: deref(r.Feature), LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts,
+		Pooled: r.Pooled,
 	}
 	if r.CapturedAmount != nil {
 		h.CapturedAmount = *r.CapturedAmount
@@ -107,16 +113,19 @@ func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID s
 	var out HoldAuthorised
 	err := inAuditedTx(ctx, b, p, func(tx Tx) (bool, error) {
 		q := dbsqlc.New(tx)
-		if locked, err := lockAccounts(ctx, q, []string{accountID}); err != nil {
+		pools, locked, err := lockTree(ctx, q, []string{accountID})
+		if err != nil {
 			return false, err
-		} else if len(locked) == 0 {
+		} else if _, ok := pools.parents[accountID]; !ok || len(locked) == 0 {
 			return false, fmt.Errorf("hold %s of %s: %w", req.ID, accountID, ErrAccountNotFound)
 		}
 		windows, err := openWindows(ctx, q, accountID)
 		if err != nil {
 			return false, err
 		}
-		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}, windows))
+		levels := newReserver(pools, locked, accountID)
+		parts := []holdParts{levels.reserve(req.Amount)}
+		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}, windows, parts))
 		if err != nil {
 			return false, fmt.Errorf("insert hold %s of %s: %w", req.ID, accountID, MapError(err))
 		}
@@ -149,10 +158,17 @@ func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID s
 }
 
 // holdsInsertParams are HoldsInsertGroup's arrays for the holds of one account, each hold paired with
-// the window of every limit of windows that applies to it (the statement checks that none is missing).
-func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindows) dbsqlc.HoldsInsertGroupParams {
+// the window of every limit of windows that applies to it (the statement checks that none is missing)
+// and with what its account's pools reserve of it (parts, in the order of reqs).
+func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindows, parts []holdParts) dbsqlc.HoldsInsertGroupParams {
 	arg := dbsqlc.HoldsInsertGroupParams{AccountID: accountID}
-	for _, r := range reqs {
+	for i, r := range reqs {
+		arg.Pooled = append(arg.Pooled, parts[i].pooled)
+		for k, pool := range parts[i].pools {
+			arg.ResHoldIDs = append(arg.ResHoldIDs, r.ID)
+			arg.ResPoolIDs = append(arg.ResPoolIDs, pool)
+			arg.ResAmounts = append(arg.ResAmounts, parts[i].amounts[k])
+		}
 		arg.IDs = append(arg.IDs, r.ID)
 		arg.Amounts = append(arg.Amounts, r.Amount)
 		arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ExpiresIn.Seconds())
@@ -173,7 +189,7 @@ func holdFromInserted(r dbsqlc.HoldsInsertGroupRow) Hold {
 	return holdFromRow(dbsqlc.Hold{
 		AccountID: r.AccountID, ID: r.ID, Amount: r.Amount, Status: r.Status, CapturedAmount: r.CapturedAmount,
 		DecisionID: r.DecisionID, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
-		Subject: r.Subject, Feature: r.Feature, LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts,
+		Subject: r.Subject, Feature: r.Feature, LimitIDs: r.LimitIDs, WindowStarts: r.WindowStarts, Pooled: r.Pooled,
 	})
 }
 
@@ -224,18 +240,21 @@ func getHold(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) (
 // HoldCapturedResult is the outcome of CaptureHold.
 type HoldCapturedResult struct {
 	Hold Hold
-	// Entry is the usage entry of the capture: new, or on a replay the one posted by the first capture.
+	// Entry is the usage entry of the capture on the hold's account: new, or on a replay the one posted
+	// by the first capture. Parts are, on a member whose pools reserved part of the hold, the entries
+	// each pool posted for it (SPEC §18), on the capture that posted them.
 	Entry Entry
+	Parts []Entry
 	// Posted is true when this call captured the hold; false on an exact replay.
 	Posted bool
 }
 
 // CaptureHold captures the hold for amount (all of it when amount is 0) in one transaction: the
-// account row is locked, the hold moves from held to captured by HoldsCapture's conditional UPDATE
-// (still held, unexpired on the database clock, amount within the hold), its reservation is released
-// and a usage entry of -amount keyed HoldKey, carrying the hold's subject and feature, is posted through
-// l (no overdraw check: the credits were reserved). Only the transaction whose UPDATE moved the hold does
-// any of that.
+// account row is locked (with its pools, roots first), the hold moves from held to captured by
+// HoldsCapture's conditional UPDATE (still held, unexpired on the database clock, amount within the
+// hold), its reservations are released and the usage is posted through l (postCapture: no overdraw
+// check, the credits were reserved), carrying the hold's subject and feature. Only the transaction whose
+// UPDATE moved the hold does any of that.
 //
 // Otherwise: a replay of a capture through the API with the same amount is Posted=false with the
 // original entry; with another amount ErrDedupeConflict. ErrAmountExceedsHold, ErrHoldCaptured (by its
@@ -266,22 +285,15 @@ func (l *Ledger) CaptureHold(ctx context.Context, accountID, holdID string, amou
 			return false, fmt.Errorf("capture hold %s of %s: %w", holdID, accountID, MapError(err))
 		}
 		hold := holdFromRow(row)
-		if err := releaseHeld(ctx, q, hold); err != nil {
-			return false, err
-		}
-		posted, err := l.Post(ctx, tx, Posting{
-			AccountID: accountID, Kind: KindUsage, Amount: -hold.CapturedAmount,
-			Description: "hold " + holdID, DedupeKey: HoldKey(accountID, holdID),
-			Subject: hold.Subject, Feature: hold.Feature,
-		})
+		reserved, err := releaseHeld(ctx, q, hold)
 		if err != nil {
 			return false, err
 		}
-		if !posted.New {
-			// The hold was held until this transaction, so nothing can have posted its key.
-			return false, fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, HoldKey(accountID, holdID))
+		entries, err := l.postCapture(ctx, tx, hold, reserved)
+		if err != nil {
+			return false, err
 		}
-		out = HoldCapturedResult{Hold: hold, Entry: posted.Entry, Posted: true}
+		out = HoldCapturedResult{Hold: hold, Entry: entries[0], Parts: entries[1:], Posted: true}
 		return true, nil
 	})
 	if err != nil {
@@ -377,7 +389,8 @@ func resolveHeld(ctx context.Context, q *dbsqlc.Queries, accountID, holdID strin
 		return Hold{}, fmt.Errorf("void hold %s of %s: %w", holdID, accountID, MapError(err))
 	}
 	hold := holdFromRow(row)
-	return hold, releaseHeld(ctx, q, hold)
+	_, err = releaseHeld(ctx, q, hold)
+	return hold, err
 }
 
 // expireOne resolves a hold found held past its expiry: HoldsVoid expires it, on the transaction's clock.
@@ -402,37 +415,104 @@ func resolvedErr(h Hold) error {
 	return nil
 }
 
-// lockHoldAccount locks the account row before any hold of it is resolved: every resolution (the API,
-// expiry, billing) locks accounts first, in id order, so that they queue instead of deadlocking. A
-// missing account has no holds.
+// lockHoldAccount locks the account row, with its pools, before any hold of it is resolved: every
+// resolution (the API, expiry, billing) locks accounts first, roots first then in id order, so that they
+// queue instead of deadlocking. A missing account has no holds.
 func lockHoldAccount(ctx context.Context, q *dbsqlc.Queries, accountID, holdID string) error {
-	locked, err := lockAccounts(ctx, q, []string{accountID})
+	pools, locked, err := lockTree(ctx, q, []string{accountID})
 	if err != nil {
 		return err
 	}
-	if len(locked) == 0 {
+	if _, ok := pools.parents[accountID]; !ok || len(locked) == 0 {
 		return fmt.Errorf("hold %s of %s: %w", holdID, accountID, ErrHoldNotFound)
 	}
 	return nil
 }
 
-// releaseHeld releases a resolved hold's reservation, on the account and in the spend windows it was
-// counted in, where what it captured (if anything) becomes spent.
-func releaseHeld(ctx context.Context, q *dbsqlc.Queries, h Hold) error {
-	if _, err := q.AccountsHeldRelease(ctx, dbsqlc.AccountsHeldReleaseParams{ID: h.AccountID, Amount: h.Amount}); err != nil {
-		return fmt.Errorf("release hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
+// releaseHeld releases a resolved hold's reservations, on the account (Amount - Pooled) and on each
+// pool (its hold_reservations), and in the spend windows it was counted in, where what it captured (if
+// anything) becomes spent. Returns the pools' reservations, nearest pool first.
+func releaseHeld(ctx context.Context, q *dbsqlc.Queries, h Hold) ([]poolReservation, error) {
+	if own := h.Amount - h.Pooled; own > 0 {
+		if _, err := q.AccountsHeldRelease(ctx, dbsqlc.AccountsHeldReleaseParams{ID: h.AccountID, Amount: own}); err != nil {
+			return nil, fmt.Errorf("release hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
+		}
+	}
+	var reserved []poolReservation
+	if h.Pooled > 0 {
+		rows, err := q.HoldsReleasePools(ctx, dbsqlc.HoldsReleasePoolsParams{AccountID: h.AccountID, HoldID: h.ID})
+		if err != nil {
+			return nil, fmt.Errorf("release hold %s of %s on its pools: %w", h.ID, h.AccountID, MapError(err))
+		}
+		for _, r := range rows {
+			reserved = append(reserved, poolReservation{pool: r.PoolID, amount: r.Amount, depth: r.Depth})
+		}
+		slices.SortFunc(reserved, func(a, b poolReservation) int { return cmp.Compare(b.depth, a.depth) })
 	}
 	if len(h.LimitIDs) == 0 {
-		return nil
+		return reserved, nil
 	}
 	err := q.SpendWindowsRelease(ctx, dbsqlc.SpendWindowsReleaseParams{
 		AccountID: h.AccountID, LimitIDs: h.LimitIDs, WindowStarts: h.WindowStarts, HoldCreatedAt: h.CreatedAt,
 		Amount: h.Amount, Captured: h.CapturedAmount,
 	})
 	if err != nil {
-		return fmt.Errorf("release hold %s of %s from its spend windows: %w", h.ID, h.AccountID, MapError(err))
+		return nil, fmt.Errorf("release hold %s of %s from its spend windows: %w", h.ID, h.AccountID, MapError(err))
 	}
-	return nil
+	return reserved, nil
+}
+
+// poolReservation is what one pool reserved for a hold.
+type poolReservation struct {
+	pool   string
+	amount int64
+	depth  int32
+}
+
+// postCapture posts a captured hold's usage through the one road, in one statement: on the hold's
+// account what it reserved itself (Amount - Pooled), up to the captured amount, under HoldKey; the rest,
+// on a member, by each pool up to what it reserved, nearest first, under HoldKey@pool with the member in
+// on_behalf_of (SPEC §18). The account's entry comes first, 0 when its pools paid it all, so that every
+// pool's part has its member's. Returns the account's entry, then the pools'.
+func (l *Ledger) postCapture(ctx context.Context, tx Tx, h Hold, reserved []poolReservation) ([]Entry, error) {
+	key := HoldKey(h.AccountID, h.ID)
+	own := min(h.CapturedAmount, h.Amount-h.Pooled)
+	postings := []Posting{{
+		AccountID: h.AccountID, Kind: KindUsage, Amount: -own, Description: "hold " + h.ID, DedupeKey: key,
+		Subject: h.Subject, Feature: h.Feature,
+	}}
+	left := h.CapturedAmount - own
+	for _, r := range reserved {
+		part := min(left, r.amount)
+		if part == 0 {
+			break
+		}
+		left -= part
+		postings = append(postings, Posting{
+			AccountID: r.pool, Kind: KindUsage, Amount: -part, Description: "hold " + h.ID + " of " + h.AccountID,
+			DedupeKey: key + "@" + r.pool, Subject: h.Subject, Feature: h.Feature, OnBehalfOf: h.AccountID,
+		})
+	}
+	if left != 0 {
+		return nil, fmt.Errorf("hold %s of %s captured %d, %d more than it reserved", h.ID, h.AccountID, h.CapturedAmount, left)
+	}
+	rows, err := dbsqlc.New(tx).LedgerAppend(ctx, l.appendArgs(postings, nil))
+	if err != nil {
+		return nil, fmt.Errorf("insert the capture of hold %s of %s: %w", h.ID, h.AccountID, MapError(err))
+	}
+	entries, byRow := appended(rows, len(postings))
+	out := make([]Entry, len(postings))
+	for i, e := range byRow {
+		if e == nil {
+			// The hold was held until this transaction, so nothing can have posted its keys.
+			return nil, fmt.Errorf("%w: key %q was posted while its hold was still held", ErrDedupeConflict, postings[i].DedupeKey)
+		}
+		out[i] = *e
+	}
+	if err := l.inserted(ctx, tx, entries); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // HoldsExpired is what one ExpireHolds call did.
@@ -446,8 +526,8 @@ type HoldsExpired struct {
 const expireBatch = 1000
 
 // ExpireHolds expires every hold still held whose time is up on the database clock, set-based: per
-// transaction, up to expireBatch accounts are locked in id order and HoldsExpire expires their holds
-// and releases their reservations in one statement. A capture racing it either resolved the hold
+// transaction, up to expireBatch accounts are locked with their pools (roots first, then in id order)
+// and HoldsExpire expires their holds and releases their reservations in one statement. A capture racing it either resolved the hold
 // first or finds it expired: both are conditional on status = 'held' under the same account lock.
 func ExpireHolds(ctx context.Context, b Beginner) (HoldsExpired, error) {
 	var out HoldsExpired
@@ -460,11 +540,18 @@ func ExpireHolds(ctx context.Context, b Beginner) (HoldsExpired, error) {
 				return err
 			}
 			found = len(ids)
-			locked, err := lockAccounts(ctx, q, ids)
+			// With their pools, roots first: a member's hold releases what its pools reserved.
+			pools, _, err := lockTree(ctx, q, ids)
 			if err != nil {
 				return err
 			}
-			rows, err := q.HoldsExpire(ctx, lockedIDs(locked))
+			var locked []string
+			for _, id := range ids {
+				if _, ok := pools.parents[id]; ok {
+					locked = append(locked, id)
+				}
+			}
+			rows, err := q.HoldsExpire(ctx, locked)
 			if err != nil {
 				return err
 			}
@@ -511,8 +598,9 @@ func CaptureHoldsForDecisions(ctx context.Context, tx Tx, afterSeq, uptoSeq int6
 	return out, nil
 }
 
-// holdViolations checks the holds' invariants (SPEC §11): accounts.held is the sum of the holds in
-// held; each hold was captured at most once, and a capture through the API posted exactly its amount
+// holdViolations checks the holds' invariants (SPEC §11, §18): accounts.held is what the holds in held
+// reserved on the account (their own amount - pooled, and their members' reservations), and each hold's
+// reservations sum to its pooled, on its pools; each hold was captured at most once, and a capture through the API posted exactly its amount
 // under HoldKey; a decision naming a hold captured through the API before it was billed paid only its
 // cost beyond the capture (no hold paid twice); no hold stays held more than grace past its expiry.
 func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration) ([]Violation, error) {
@@ -522,7 +610,15 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 		return nil, fmt.Errorf("check held amounts: %w", MapError(err))
 	}
 	for _, h := range held {
-		out = append(out, Violation{"held", fmt.Sprintf("account %s: held %d, holds in held sum to %d", h.ID, h.Cached, h.HoldsSum)})
+		out = append(out, Violation{"held", fmt.Sprintf("account %s: held %d, what holds in held reserved on it sums to %d", h.ID, h.Cached, h.HoldsSum)})
+	}
+	reservations, err := q.HoldsReservationMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check hold reservations: %w", MapError(err))
+	}
+	for _, r := range reservations {
+		out = append(out, Violation{"held", fmt.Sprintf("hold %s of %s: pooled %d, its pools' reservations sum to %d, %d on an account that is not its pool",
+			r.ID, r.AccountID, r.Pooled, r.Reserved, r.Elsewhere)})
 	}
 
 	captures, err := q.HoldsCaptureMismatches(ctx)
@@ -629,14 +725,14 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 	)
 	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
-		rows, err := q.AccountsLock(ctx, []string{account})
+		pools, rows, err := lockTree(ctx, q, []string{account})
 		if err != nil {
 			return fmt.Errorf("lock account %s: %w", account, err)
 		}
-		if len(rows) == 0 {
+		if _, ok := pools.parents[account]; !ok || len(rows) == 0 {
 			return errPostAlone
 		}
-		locked := rows[0]
+		levels := newReserver(pools, rows, account)
 		windows, err := openWindows(ctx, q, account)
 		if err != nil {
 			return err
@@ -647,7 +743,7 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 				return err
 			}
 		}
-		plan := planHolds(account, group, locked.Balance-locked.Held, windows, stored)
+		plan := planHolds(account, group, levels.total(), windows, stored)
 		if refused := plan.refused(); !readIDs && len(refused) > 0 {
 			// A refusal is final only for an id never held: a retried authorisation is a replay (or
 			// a conflict) however the balance moved since. Refused members claim nothing, so reading
@@ -655,17 +751,19 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 			if stored, err = storedHolds(ctx, q, account, holdIDs(group, refused)); err != nil {
 				return err
 			}
-			plan = planHolds(account, group, locked.Balance-locked.Held, windows, stored)
+			plan = planHolds(account, group, levels.total(), windows, stored)
 		}
 		answers = plan.answers
 		if len(plan.admit) == 0 {
 			return nil
 		}
 		admitted := make([]HoldRequest, len(plan.admit))
+		parts := make([]holdParts, len(plan.admit))
 		for k, i := range plan.admit {
 			admitted[k] = group[i].req
+			parts[k] = levels.reserve(group[i].req.Amount)
 		}
-		inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows))
+		inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows, parts))
 		if err != nil {
 			return fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
 		}

@@ -49,6 +49,9 @@ type Entry struct {
 	// Subject and Feature say who spent and on what: those of the hold or decision the entry was posted
 	// for, or of the adjustment that named them (empty: none).
 	Subject, Feature string
+	// OnBehalfOf is, on a pool's part of a member's debit, the member it paid for (empty: the account
+	// paid for itself).
+	OnBehalfOf string
 }
 
 // Posting asks for one entry. DedupeKey names the effect: with it, the entry is posted at most once.
@@ -77,6 +80,8 @@ type Posting struct {
 	// Cost is what was paid for a credit's lot (nil: nothing, cost 0): a paid top-up's price, an
 	// adjustment's named cost. Ignored for debits.
 	Cost *Cost
+	// OnBehalfOf is, on a pool's part of a member's capture, the member (SPEC §18; empty: none).
+	OnBehalfOf string
 }
 
 // Cost is an amount of money in a currency's minor units (Currency lower case ISO 4217).
@@ -250,6 +255,7 @@ func (l *Ledger) appendArgs(postings []Posting, balance *int64) dbsqlc.LedgerApp
 		arg.Reverses = append(arg.Reverses, p.Reverses)
 		arg.Subjects = append(arg.Subjects, p.Subject)
 		arg.Features = append(arg.Features, p.Feature)
+		arg.OnBehalfOf = append(arg.OnBehalfOf, p.OnBehalfOf)
 		var cost Cost
 		if p.Cost != nil && p.Amount > 0 {
 			cost = *p.Cost
@@ -298,7 +304,7 @@ func appended(rows []dbsqlc.LedgerAppendRow, n int) (entries []Entry, byRow []*E
 		entries[i] = Entry{
 			ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
 			DedupeKey: r.DedupeKey, PaymentIntent: r.PaymentIntent, CreatedAt: r.CreatedAt, Seq: r.Seq,
-			BalanceAfter: r.BalanceAfter, Subject: r.Subject, Feature: r.Feature,
+			BalanceAfter: r.BalanceAfter, Subject: r.Subject, Feature: r.Feature, OnBehalfOf: r.OnBehalfOf,
 		}
 		if r.K > 0 && int(r.K) <= n {
 			byRow[r.K-1] = &entries[i]
@@ -389,6 +395,7 @@ type entryRow interface {
 		BalanceAfter  int64
 		Subject       *string
 		Feature       *string
+		OnBehalfOf    *string
 	}
 }
 
@@ -399,6 +406,7 @@ func entryFromRow(r dbsqlc.LedgerGetByDedupeKeyRow) Entry {
 		ID: r.ID, AccountID: r.AccountID, Kind: r.Kind, Amount: r.Amount, Description: r.Description,
 		DedupeKey: deref(r.DedupeKey), PaymentIntent: deref(r.PaymentIntent), CreatedAt: r.CreatedAt,
 		Seq: r.Seq, BalanceAfter: r.BalanceAfter, Subject: deref(r.Subject), Feature: deref(r.Feature),
+		OnBehalfOf: deref(r.OnBehalfOf),
 	}
 }
 

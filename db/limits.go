@@ -189,12 +189,32 @@ func countDecisions(ctx context.Context, q *dbsqlc.Queries, posted []Entry, capt
 	for _, c := range captures {
 		captured[c.DecisionID] = min(c.Cost, c.Amount)
 	}
+	// A cascaded decision's parts (SPEC §18) count, all of them, on the member that spent: its limits
+	// bound what it draws from any level. A pool's part is keyed decision:{id}@{pool_id}.
+	type spend struct {
+		account string
+		amount  int64
+	}
+	var order []string
+	spends := make(map[string]*spend, len(posted))
+	for _, e := range posted {
+		id, account := strings.TrimPrefix(e.DedupeKey, "decision:"), e.AccountID
+		if e.OnBehalfOf != "" {
+			id, account = strings.TrimSuffix(id, "@"+e.AccountID), e.OnBehalfOf
+		}
+		s, ok := spends[id]
+		if !ok {
+			s = &spend{account: account}
+			spends[id] = s
+			order = append(order, id)
+		}
+		s.amount -= e.Amount
+	}
 	var accounts, decisions []string
 	var amounts []int64
-	for _, e := range posted {
-		id := strings.TrimPrefix(e.DedupeKey, "decision:")
-		if spent := -e.Amount - captured[id]; spent > 0 {
-			accounts, decisions, amounts = append(accounts, e.AccountID), append(decisions, id), append(amounts, spent)
+	for _, id := range order {
+		if spent := spends[id].amount - captured[id]; spent > 0 {
+			accounts, decisions, amounts = append(accounts, spends[id].account), append(decisions, id), append(amounts, spent)
 		}
 	}
 	if len(decisions) == 0 {

@@ -51,6 +51,15 @@ func Verify(ctx context.Context, q Conn, now time.Time, parkedAfter, holdGrace t
 		out = append(out, Violation{"dedupe", fmt.Sprintf("key %q is held by %d entries", d.DedupeKey, d.Entries)})
 	}
 
+	cascades, err := queries.LedgerCascadeMismatches(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check cascades: %w", MapError(err))
+	}
+	for _, c := range cascades {
+		out = append(out, Violation{"cascade", fmt.Sprintf("member %s, %s: its pools paid part, but the member has %d entries of it and the parts sum to %d, billed %d",
+			c.Member, c.Effect, c.MemberEntries, c.Paid, c.Billed)})
+	}
+
 	payments, err := queries.LedgerOverReversedPayments(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("check reversals: %w", MapError(err))

@@ -153,7 +153,7 @@ COMMENT ON TRIGGER ledger_chain ON ledger IS
 -- shards of credit_lots, lot_draws and lot_debts that hold them. Every caller runs on the node of those
 -- accounts' shards with accounts of one shard: ledger_lots for the entries of a ledger shard's
 -- statement, lots_repay and lots_apply_entry for one account.
--- mirrors lots_draw of 000024_revenue.up.sql sha256 014446e4a1c2c209772205aff0065262eec31f72f5a7f42f0ee5425612cd0144
+-- mirrors lots_draw of 000028_pools.up.sql sha256 5c13b473e6da329593edb9f2c9b23d1ffdd8f54c241af197915e7d963d4d6f55
 -- Earlier forms of this file, and migrations before 000024, gave lots_draw six arguments.
 DROP FUNCTION IF EXISTS lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean);
 CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint,
@@ -180,6 +180,8 @@ BEGIN
                    d.posting, d.at,
                    sum(d.need) OVER (PARTITION BY d.account_id ORDER BY d.seq ROWS UNBOUNDED PRECEDING) - d.need AS lo
             FROM unnest($1, $2, $3, $4, $7, $8, $9) AS d (account_id, entry_id, seq, need, kind, posting, at)
+            -- A member's part of 0 draws nothing (000028).
+            WHERE d.need > 0
         ), totals AS (
             SELECT account_id, sum(need) AS total FROM demand GROUP BY account_id
         ), supply AS MATERIALIZED (
@@ -557,16 +559,22 @@ $claims$;
 
 -- The one road's Citus forms (migration 000012): ledger_append calls these under the same names.
 
--- mirrors accounts_lock of 000012_one_road.up.sql sha256 04b14aba5c70a46e1ffd290f809fd7008e99db6503d5723ed961474b93f1b159
+-- mirrors accounts_lock of 000028_pools.up.sql sha256 7541adf4ac1c0021a1b45362223fda3aeed715c26c0b2786c12854dba2c9f36a
 CREATE OR REPLACE FUNCTION accounts_lock(p_ids text[], p_balance bigint DEFAULT NULL)
     RETURNS TABLE (id text, last_seq bigint, balance bigint, held bigint)
     LANGUAGE plpgsql AS
 $$
 DECLARE
     account text;
+    ids     text[];
 BEGIN
-    -- One router statement per account (Citus locks rows only in single-shard statements), in id order.
-    FOR account IN SELECT DISTINCT x FROM unnest(p_ids) AS x WHERE x IS NOT NULL ORDER BY x LOOP
+    ids := ARRAY(SELECT DISTINCT x FROM unnest(p_ids) AS x WHERE x IS NOT NULL ORDER BY x);
+    IF cardinality(ids) > 1 THEN
+        -- Roots first: the depths, read without a lock (a depth never changes), order the locks.
+        ids := ARRAY(SELECT a.id FROM accounts a WHERE a.id = ANY(ids) ORDER BY a.depth, a.id);
+    END IF;
+    -- One router statement per account (Citus locks rows only in single-shard statements).
+    FOREACH account IN ARRAY ids LOOP
         RETURN QUERY
         SELECT a.id, a.last_seq, a.balance, a.held
         FROM accounts a
@@ -578,8 +586,9 @@ END;
 $$;
 
 COMMENT ON FUNCTION accounts_lock(text[], bigint) IS
-    'On Citus: locks the existing accounts among p_ids one at a time, in id order, each by a router statement '
-    'to its shard, and returns them as locked; with p_balance, only an account whose balance is still that.';
+    'On Citus: locks the existing accounts among p_ids one at a time, roots first (by depth, then id), each '
+    'by a router statement to its shard, and returns them as locked; with p_balance, only an account whose '
+    'balance is still that.';
 
 -- mirrors ledger_keys_taken of 000012_one_road.up.sql sha256 9bdbc20e13132442c1a3d470c5288444757c253a25a50bfb7773e8d2a2aabf3f
 CREATE OR REPLACE FUNCTION ledger_keys_taken(p_keys text[])
@@ -690,3 +699,10 @@ BEGIN
     END IF;
 END;
 $periods$;
+
+-- The tree of pools (migration 000028): trigger accounts_parent_tree runs on the shard that gets the row
+-- and reads the parent and its ancestors, which live on whatever shard their ids hash to. A foreign key
+-- to another shard is not possible, so that read is a distributed query from a query on a shard, which
+-- Citus runs only when allowed: allowed for this function alone, whose reads are single rows of accounts
+-- by id (a parent's currency, depth and parent never change once its members exist).
+ALTER FUNCTION accounts_parent_tree() SET citus.allow_nested_distributed_execution = on;

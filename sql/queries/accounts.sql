@@ -1,15 +1,17 @@
 -- name: AccountsInsert :one
--- Creates the account unless one with this id exists. Returns no row when it already existed:
--- the primary key, not a prior read, decides which of several concurrent creations wins. unit is
--- currency or credits (accounts_unit_check).
-INSERT INTO accounts (id, currency, unit)
-VALUES (@id, @currency, @unit)
+-- Creates the account unless one with this id exists, as a member of parent_id when it is not ''.
+-- Returns no row when it already existed: the primary key, not a prior read, decides which of several
+-- concurrent creations wins. unit is currency or credits (accounts_unit_check). A parent that does not
+-- exist fails with accounts_parent_fk, one of another currency with accounts_parent_currency_check, one
+-- too deep with accounts_depth_check (trigger accounts_parent_tree).
+INSERT INTO accounts (id, currency, unit, parent_id)
+VALUES (@id, @currency, @unit, nullif(@parent_id::text, ''))
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at, held, unit;
+RETURNING id, currency, balance, created_at, held, unit, coalesce(parent_id, '')::text AS parent_id;
 
 -- name: AccountsGet :one
 -- Returns no row when the account does not exist.
-SELECT id, currency, balance, created_at, held, unit
+SELECT id, currency, balance, created_at, held, unit, coalesce(parent_id, '')::text AS parent_id
 FROM accounts
 WHERE id = @id;
 
@@ -150,3 +152,33 @@ UPDATE accounts
 SET recharge_failures = 0
 WHERE id = @id
   AND recharge_failures <> 0;
+
+-- name: AccountsParents :many
+-- The accounts among ids that exist, each with its parent ('' for a root) and depth: a cascade reads its
+-- members' pools with this, a level at a time (at most three), before it locks them all (AccountsLock).
+SELECT id, coalesce(parent_id, '')::text AS parent_id, depth::int AS depth
+FROM accounts
+WHERE id = ANY(@ids::text[]);
+
+-- name: AccountsMembers :many
+-- The members of a pool (its children), each with its balance, held and what it spent itself this month
+-- (UTC, on the database clock): the usage entries on its own account. Empty when the account has none.
+SELECT c.id, c.balance, c.held,
+       coalesce((SELECT -sum(l.amount) FROM ledger l
+                 WHERE l.account_id = c.id AND l.kind = 'usage'
+                   AND l.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint
+           AS spent_own
+FROM accounts c
+WHERE c.parent_id = @id::text
+ORDER BY c.id;
+
+-- name: LedgerDrawnByMembers :many
+-- What a pool paid on behalf of each member this month (UTC, on the database clock): its entries with
+-- on_behalf_of, by member.
+SELECT l.on_behalf_of::text AS member, (-sum(l.amount))::bigint AS drawn
+FROM ledger l
+WHERE l.account_id = @pool_id
+  AND l.on_behalf_of IS NOT NULL
+  AND l.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+GROUP BY l.on_behalf_of
+ORDER BY 1;

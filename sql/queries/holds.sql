@@ -7,7 +7,7 @@
 -- name: HoldsGetByIDs :many
 -- The account's stored holds among ids: in a group of authorisations, those members are replays or
 -- conflicts, answered before admission and never inserted again.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
 FROM holds
 WHERE account_id = @account_id
   AND id = ANY(@ids::text[]);
@@ -15,30 +15,36 @@ WHERE account_id = @account_id
 -- name: HoldsInsertGroup :many
 -- Inserts the admitted holds of one account (one, or a group's) and reserves them, in one statement (one
 -- round trip), the arrays read in lockstep ('' subject or feature: none). The account is locked by
--- AccountsLock first and its current windows opened by SpendWindowsOpen, so the holds were admitted
--- against its current rows, and each hold comes with the windows of the limits that apply to it (the
--- pair_ arrays: a hold's id, a limit and that limit's current window); the statement keeps every condition
--- all the same, and says whether each held: reserved, the available balance (balance - held) covers their
--- sum; within_limits, every limit that applies to a hold (scope account, or its subject or feature) is
--- among its pairs, and every window took its holds' sum, a hard limit's only while spent + held + sum <=
--- its cap. Each hold records its pairs (limit_ids, window_starts). A false flag means the plan was wrong
+-- AccountsLock first, with its pools (roots first), and its current windows opened by SpendWindowsOpen,
+-- so the holds were admitted against its current rows, and each hold comes with the windows of the
+-- limits that apply to it (the pair_ arrays: a hold's id, a limit and that limit's current window) and
+-- with what its account's pools reserve of it (pooled, and the res_ arrays: a hold's id, a pool and what
+-- that pool reserves; SPEC §18); the statement keeps every condition all the same, and says whether each
+-- held: reserved, every level that reserves has the available (balance - held) for its part (the account
+-- amount - pooled of each hold, each pool its reservations), each hold's reservations sum to its pooled
+-- and are on its account's parent or grandparent; within_limits, every limit that applies to a hold
+-- (scope account, or its subject or feature) is among its pairs, and every window took its holds' sum, a
+-- hard limit's only while spent + held + sum <= its cap. Each hold records its pairs (limit_ids,
+-- window_starts). A false flag means the plan was wrong
 -- (or, for a single authorisation, the refusal): the caller rolls back, and nothing is kept. A soft
 -- limit's window reaching its cap records reached_at (limit.reached, once per window). holds_pkey still
 -- holds: an id inserted before (a replay) or meanwhile by another transaction returns no row for it, and
 -- the caller rolls back and plans the group again with the stored ids read first. Every table is read
--- and written through the account's id, so that on Citus the statement runs on the account's shard.
+-- and written through the account's id (and its pools' ids in accounts), so that on Citus the statement
+-- runs on the account's shard, and on its pools' for a hold that reserves on them.
 WITH batch AS (
     -- Set-returning functions in one select list run in lockstep: the arrays zipped.
     SELECT unnest(@ids::text[]) AS id, unnest(@amounts::bigint[]) AS amount,
            unnest(@expires_in_seconds::double precision[]) AS ttl,
-           nullif(unnest(@subjects::text[]), '') AS subject, nullif(unnest(@features::text[]), '') AS feature
+           nullif(unnest(@subjects::text[]), '') AS subject, nullif(unnest(@features::text[]), '') AS feature,
+           unnest(@pooled::bigint[]) AS pooled
 ), pairs AS (
     SELECT unnest(@pair_hold_ids::text[]) AS hold_id, unnest(@pair_limit_ids::text[]) AS limit_id,
            unnest(@pair_window_starts::timestamptz[]) AS window_start
 ), inserted AS (
-    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts)
+    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts, pooled)
     SELECT @account_id::text, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
-           coalesce(h.limit_ids, '{}'), coalesce(h.window_starts, '{}')
+           coalesce(h.limit_ids, '{}'), coalesce(h.window_starts, '{}'), b.pooled
     FROM batch b
     -- Each hold's pairs gathered in one pass (hashed by hold), not looked up per hold: a group of n
     -- holds under k limits would otherwise scan n*k pairs n times.
@@ -49,7 +55,7 @@ WITH batch AS (
         GROUP BY p.hold_id
     ) h ON h.hold_id = b.id
     ON CONFLICT (account_id, id) DO NOTHING
-    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
 ), missed AS (
     -- A limit that applies to an inserted hold but is not among its pairs: the plan missed it.
     SELECT 1
@@ -77,23 +83,61 @@ WITH batch AS (
       AND w.window_start = p.window_start
       AND (p.mode = 'soft' OR w.spent + w.held + p.amount <= p.cap)
     RETURNING w.limit_id
+), reservations AS (
+    INSERT INTO hold_reservations (account_id, hold_id, pool_id, amount)
+    SELECT @account_id::text, r.hold_id, r.pool_id, r.amount
+    FROM (
+        SELECT unnest(@res_hold_ids::text[]) AS hold_id, unnest(@res_pool_ids::text[]) AS pool_id,
+               unnest(@res_amounts::bigint[]) AS amount
+    ) r
+    JOIN inserted i ON i.id = r.hold_id
+    RETURNING hold_id, pool_id, amount
+), levels AS (
+    -- What each level reserves: the account what its pools do not, each pool its reservations.
+    SELECT @account_id::text AS id, sum(i.amount - i.pooled) AS amount
+    FROM inserted i
+    HAVING sum(i.amount - i.pooled) > 0
+    UNION ALL
+    SELECT r.pool_id, sum(r.amount)
+    FROM reservations r
+    GROUP BY r.pool_id
 ), reserved AS (
-    UPDATE accounts
-    SET held = held + (SELECT sum(amount) FROM inserted)
-    WHERE id = @account_id::text
-      AND balance - held >= (SELECT sum(amount) FROM inserted)
-    RETURNING id
+    UPDATE accounts a
+    SET held = a.held + l.amount
+    FROM levels l
+    WHERE a.id = l.id
+      AND a.balance - a.held >= l.amount
+    RETURNING a.id
+), misplanned AS (
+    -- A hold whose reservations do not sum to its pooled, or a reservation on an account that is not a
+    -- pool of the hold's account (its parent or grandparent, which never change).
+    SELECT 1
+    FROM inserted i
+    LEFT JOIN (SELECT r.hold_id, sum(r.amount) AS amount FROM reservations r GROUP BY r.hold_id) r ON r.hold_id = i.id
+    WHERE i.pooled <> coalesce(r.amount, 0)
+    UNION ALL
+    SELECT 1
+    FROM reservations r
+    WHERE r.pool_id NOT IN (
+        -- The parents of the account and of its parent: two single-row reads (router queries on Citus).
+        SELECT a.parent_id
+        FROM accounts a
+        WHERE a.id IN (@account_id::text, (SELECT m.parent_id FROM accounts m WHERE m.id = @account_id::text))
+          AND a.parent_id IS NOT NULL
+    )
 )
 SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
        inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
-       inserted.feature, inserted.limit_ids, inserted.window_starts, EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
+       inserted.feature, inserted.limit_ids, inserted.window_starts, inserted.pooled,
+       ((SELECT count(*) FROM reserved) = (SELECT count(*) FROM levels)
+        AND NOT EXISTS (SELECT 1 FROM misplanned))::boolean AS reserved,
        (NOT EXISTS (SELECT 1 FROM missed)
         AND (SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
 FROM inserted;
 
 -- name: HoldsGet :one
 -- Returns no row when the account has no hold with this id.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
 FROM holds
 WHERE account_id = @account_id
   AND id = @id;
@@ -110,7 +154,7 @@ WHERE account_id = @account_id
   AND status = 'held'
   AND expires_at > now()
   AND amount >= coalesce(sqlc.narg(amount)::bigint, amount)
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts;
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled;
 
 -- name: HoldsVoid :one
 -- Moves the hold out of held, at most once: to voided, or to expired when its time is already up on
@@ -122,7 +166,7 @@ SET status = holds_resolution(expires_at, now()), resolved_at = now()
 WHERE account_id = @account_id
   AND id = @id
   AND status = 'held'
-RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts;
+RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled;
 
 -- name: HoldsExpiredAccounts :many
 -- Accounts with holds still held whose time is up on the database clock, at most max_accounts of them
@@ -137,7 +181,8 @@ LIMIT @max_accounts::int;
 -- name: HoldsExpire :many
 -- Expires, in one statement, every hold of the locked accounts (account_ids, locked in id order) that
 -- is still held and whose time is up on the database clock, and releases each account's reservations
--- by their sum, in the accounts and in the spend windows that counted each hold. A hold captured or voided meanwhile is no longer held and is left alone: a capture
+-- by their sum, in the accounts (on the hold's account, amount - pooled; on each pool, its reservation:
+-- the pools are locked with their members, roots first) and in the spend windows that counted each hold. A hold captured or voided meanwhile is no longer held and is left alone: a capture
 -- racing the expiry either resolved it first or finds it expired. Returns per account the holds
 -- expired and the amount released.
 WITH expired AS (
@@ -147,7 +192,7 @@ WITH expired AS (
     WHERE h.account_id = locked.account_id
       AND h.status = 'held'
       AND h.expires_at <= now()
-    RETURNING h.account_id, h.id, h.amount, h.created_at, h.limit_ids, h.window_starts
+    RETURNING h.account_id, h.id, h.amount, h.pooled, h.created_at, h.limit_ids, h.window_starts
 ), per_account AS (
     SELECT account_id, count(*)::bigint AS holds, sum(amount)::bigint AS released
     FROM expired
@@ -156,7 +201,20 @@ WITH expired AS (
     -- Runs to completion although nothing reads it, as every data-modifying WITH does.
     UPDATE accounts a
     SET held = a.held - p.released
-    FROM per_account p
+    FROM (
+        -- Each level what it reserved: the hold's account amount - pooled, each pool its reservation.
+        SELECT x.account_id, sum(x.amount) AS released
+        FROM (
+            SELECT e.account_id, e.amount - e.pooled AS amount FROM expired e
+            UNION ALL
+            SELECT r.pool_id, r.amount
+            FROM expired e
+            JOIN hold_reservations r ON r.account_id = e.account_id AND r.hold_id = e.id
+            WHERE e.pooled > 0
+        ) x
+        GROUP BY x.account_id
+        HAVING sum(x.amount) > 0
+    ) p
     WHERE a.id = p.account_id
 ), windows_released AS (
     -- And from the spend windows each hold was counted in (its limit_ids and window_starts; a limit
@@ -183,8 +241,9 @@ ORDER BY account_id;
 -- In the billing transaction, after the chunk's usage entries are inserted: captures, in one
 -- statement, the holds named by the chunk's decisions (after_seq, upto_seq] of the locked accounts
 -- (account_ids, locked in id order by the chunk) that are still held and that the decision was
--- received while live, with captured_amount = least(cost, amount), and releases each account's
--- reservations by their sum; in the spend windows that counted each hold, its amount leaves held and its
+-- received while live, with captured_amount = least(cost, amount), and releases what each hold reserved
+-- (on its account amount - pooled, on each pool its reservation: the pools are locked with their members,
+-- roots first; LedgerAppendForDecisions let the decision draw it); in the spend windows that counted each hold, its amount leaves held and its
 -- captured amount is spent (what the decision cost beyond it is counted by SpendWindowsBill). Those decisions were billed by this transaction or an earlier one, and
 -- a hold is captured the first time billing reads it held with its decision: normally with the bill,
 -- and never twice, since only a hold still held is touched. A hold already captured, voided or expired
@@ -207,17 +266,26 @@ WITH named AS (
       AND h.id = n.hold_id
       AND h.status = 'held'
       AND n.received_at BETWEEN h.created_at AND h.expires_at
-    RETURNING h.account_id, h.id, h.amount, h.captured_amount, h.created_at, h.limit_ids, h.window_starts,
+    RETURNING h.account_id, h.id, h.amount, h.pooled, h.captured_amount, h.created_at, h.limit_ids, h.window_starts,
               n.id AS decision_id, n.cost
-), per_account AS (
-    SELECT account_id, sum(amount)::bigint AS released
-    FROM captured
-    GROUP BY account_id
 ), released AS (
     -- Runs to completion although nothing reads it, as every data-modifying WITH does.
     UPDATE accounts a
     SET held = a.held - p.released
-    FROM per_account p
+    FROM (
+        -- Each level what it reserved, as in HoldsExpire.
+        SELECT x.account_id, sum(x.amount) AS released
+        FROM (
+            SELECT c.account_id, c.amount - c.pooled AS amount FROM captured c
+            UNION ALL
+            SELECT r.pool_id, r.amount
+            FROM captured c
+            JOIN hold_reservations r ON r.account_id = c.account_id AND r.hold_id = c.id
+            WHERE c.pooled > 0
+        ) x
+        GROUP BY x.account_id
+        HAVING sum(x.amount) > 0
+    ) p
     WHERE a.id = p.account_id
 ), windows_moved AS (
     -- In the spend windows each hold was counted in: its amount leaves held, what it captured is spent.
@@ -241,23 +309,78 @@ WITH named AS (
 SELECT account_id, id, amount, decision_id, cost
 FROM captured;
 
+-- name: HoldsReleasePools :many
+-- Releases what a resolved hold reserved on its pools (SPEC §18), in the transaction that moved it out of
+-- held, the pools locked with the member (roots first): each pool's held less its reservation
+-- (accounts_held_nonnegative_check refuses a release that was never reserved). Returns each pool
+-- released with its reservation and depth (the nearest pool is the deepest); none for a hold that
+-- reserved on no pool.
+-- The reservations are read apart: on Citus each pool's row is on its own shard, not the member's.
+WITH r AS MATERIALIZED (
+    SELECT pool_id, amount
+    FROM hold_reservations
+    WHERE account_id = @account_id
+      AND hold_id = @hold_id
+)
+UPDATE accounts a
+SET held = a.held - r.amount
+FROM r
+WHERE a.id = r.pool_id
+RETURNING r.pool_id::text AS pool_id, r.amount::bigint AS amount, a.depth::int AS depth;
+
 -- name: HoldsHeldMismatches :many
--- Accounts whose held differs from the sum of their holds in held (verify). Empty when the invariant
--- holds.
+-- Accounts whose held differs from what their holds still held reserved on them (verify): amount -
+-- pooled of each of their own, and each reservation of their members' (hold_reservations, SPEC §18).
+-- Empty when the invariant holds.
 SELECT a.id, a.held AS cached, coalesce(h.total, 0)::bigint AS holds_sum
 FROM accounts a
 LEFT JOIN (
-    SELECT account_id, sum(amount) AS total
-    FROM holds
-    WHERE status = 'held'
-    GROUP BY account_id
+    SELECT x.account_id, sum(x.amount) AS total
+    FROM (
+        SELECT account_id, amount - pooled AS amount
+        FROM holds
+        WHERE status = 'held'
+        UNION ALL
+        SELECT r.pool_id, r.amount
+        FROM hold_reservations r
+        JOIN holds h ON h.account_id = r.account_id AND h.id = r.hold_id
+        WHERE h.status = 'held'
+    ) x
+    GROUP BY x.account_id
 ) h ON h.account_id = a.id
 WHERE a.held <> coalesce(h.total, 0)
 ORDER BY a.id;
 
+-- name: HoldsReservationMismatches :many
+-- Holds whose reservations do not sum to their pooled, or are on an account that is not a pool of the
+-- hold's account (its parent or grandparent) (verify, SPEC §18). Empty when every hold reserved as
+-- planned. The tree is read apart (members' parents, then their grandparents), then joined to the
+-- reservations: on Citus a parent's row is on another shard than its member's.
+WITH parents AS MATERIALIZED (
+    SELECT a.id, a.parent_id
+    FROM accounts a
+    WHERE a.parent_id IS NOT NULL
+), pools AS MATERIALIZED (
+    SELECT c.id, c.parent_id AS pool_id FROM parents c
+    UNION ALL
+    SELECT c.id, p.parent_id FROM parents c JOIN parents p ON p.id = c.parent_id
+), reserved AS (
+    SELECT r.account_id, r.hold_id, sum(r.amount) AS amount, count(*) FILTER (WHERE t.id IS NULL) AS elsewhere
+    FROM hold_reservations r
+    LEFT JOIN pools t ON t.id = r.account_id AND t.pool_id = r.pool_id
+    GROUP BY r.account_id, r.hold_id
+)
+SELECT h.account_id, h.id, h.pooled, coalesce(r.amount, 0)::bigint AS reserved, coalesce(r.elsewhere, 0)::bigint AS elsewhere
+FROM holds h
+LEFT JOIN reserved r ON r.account_id = h.account_id AND r.hold_id = h.id
+WHERE (h.pooled > 0 OR r.hold_id IS NOT NULL)
+  AND (h.pooled <> coalesce(r.amount, 0) OR coalesce(r.elsewhere, 0) > 0)
+ORDER BY 1, 2;
+
 -- name: HoldsCaptureMismatches :many
 -- Holds whose capture does not match the ledger (verify): a hold captured through the API must have
--- exactly one usage entry keyed hold:{account_id}:{id}, of -captured_amount; a hold captured by a
+-- usage entries keyed hold:{account_id}:{id} (and, for its pools' parts, that key @{pool_id}) of
+-- -captured_amount together (LedgerCascadeMismatches checks the parts one by one); a hold captured by a
 -- decision, or not captured at all, must have none. An entry under such a key with no hold is reported
 -- too. Empty when every hold was captured at most once.
 SELECT coalesce(h.account_id, l.account_id)::text AS account_id,
@@ -272,9 +395,14 @@ FROM (
     WHERE status = 'captured'
 ) h
 FULL JOIN (
-    SELECT id, account_id, amount, dedupe_key
+    -- A capture's entries: the member's, under the hold's key, and its pools' parts under
+    -- {key}@{pool_id} (SPEC §18), summed.
+    SELECT split_part(dedupe_key, '@', 1) AS dedupe_key, min(id) AS id,
+           coalesce(min(account_id) FILTER (WHERE on_behalf_of IS NULL), min(on_behalf_of)) AS account_id,
+           sum(amount) AS amount
     FROM ledger
     WHERE dedupe_key LIKE 'hold:%'
+    GROUP BY 1
 ) l ON l.dedupe_key = 'hold:' || h.account_id || ':' || h.id
 WHERE h.id IS NULL
    OR (h.decision_id IS NULL AND (l.id IS NULL OR -l.amount <> h.captured_amount))
@@ -293,7 +421,7 @@ ORDER BY expires_at, account_id, id;
 -- name: HoldsOpenByAccount :many
 -- The account's holds still held, soonest to expire first, at most max_rows (the console's account
 -- page). A hold past its time that the expiry pass has not reached yet is still held, and listed.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
 FROM holds
 WHERE account_id = @account_id
   AND status = 'held'
@@ -304,7 +432,7 @@ LIMIT @max_rows::int;
 -- Holds of every account still held that expire within within_seconds on the database clock (or are
 -- past their time, the expiry pass not there yet), soonest first, at most max_rows: the console's
 -- overview. A range scan of holds_held_expires_at_idx.
-SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts
+SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
 FROM holds
 WHERE status = 'held'
   AND expires_at <= now() + make_interval(secs => @within_seconds::double precision)

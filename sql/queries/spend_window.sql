@@ -90,6 +90,12 @@ WITH daily AS (
     WHERE w.account_id = p.account_id
       AND w.limit_id = p.limit_id
       AND w.window_start = p.window_start
+      -- Not a window the INSERT opened: PostgreSQL's snapshot would not show it here, but Citus runs the
+      -- INSERT before this UPDATE, which then sees it and would count its decisions twice.
+      AND NOT EXISTS (
+          SELECT 1 FROM opened o
+          WHERE o.account_id = p.account_id AND o.limit_id = p.limit_id AND o.window_start = p.window_start
+      )
     RETURNING w.account_id, w.limit_id, w.window_start,
               CASE WHEN p.mode = 'hard' THEN greatest(0, least(p.amount, w.spent + w.held - p.cap)) ELSE 0 END AS over
 )

@@ -100,7 +100,8 @@ ORDER BY reason;
 -- The money-backed credits (topup, refund_restore, dispute_won) posted in [since, until), in posting
 -- order, through ledger_credits_created_idx: what the pass matches to Stripe objects. (This and the next
 -- read the ledger; they live here, with the pass they serve, since they write nothing.)
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
+       on_behalf_of
 FROM ledger
 WHERE kind IN ('topup', 'refund_restore', 'dispute_won')
   AND created_at >= @since
@@ -110,7 +111,8 @@ ORDER BY id;
 -- name: StripeDriftPaymentCredits :many
 -- The topup credits of the given payments, through ledger_payment_intent_idx: a payment matches when it
 -- has exactly one, of its amount.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
+       on_behalf_of
 FROM ledger
 WHERE payment_intent = ANY(@payment_intents::text[])
   AND kind = 'topup'

@@ -69,7 +69,7 @@ func (q *Queries) AccountsBalanceMismatches(ctx context.Context) ([]AccountsBala
 }
 
 const accountsGet = `-- name: AccountsGet :one
-SELECT id, currency, balance, created_at, held, unit
+SELECT id, currency, balance, created_at, held, unit, coalesce(parent_id, '')::text AS parent_id
 FROM accounts
 WHERE id = $1
 `
@@ -81,6 +81,7 @@ type AccountsGetRow struct {
 	CreatedAt time.Time
 	Held      int64
 	Unit      string
+	ParentID  string
 }
 
 // Returns no row when the account does not exist.
@@ -94,6 +95,7 @@ func (q *Queries) AccountsGet(ctx context.Context, id string) (AccountsGetRow, e
 		&i.CreatedAt,
 		&i.Held,
 		&i.Unit,
+		&i.ParentID,
 	)
 	return i, err
 }
@@ -175,16 +177,17 @@ func (q *Queries) AccountsHeldRelease(ctx context.Context, arg AccountsHeldRelea
 }
 
 const accountsInsert = `-- name: AccountsInsert :one
-INSERT INTO accounts (id, currency, unit)
-VALUES ($1, $2, $3)
+INSERT INTO accounts (id, currency, unit, parent_id)
+VALUES ($1, $2, $3, nullif($4::text, ''))
 ON CONFLICT (id) DO NOTHING
-RETURNING id, currency, balance, created_at, held, unit
+RETURNING id, currency, balance, created_at, held, unit, coalesce(parent_id, '')::text AS parent_id
 `
 
 type AccountsInsertParams struct {
 	ID       string
 	Currency string
 	Unit     string
+	ParentID string
 }
 
 type AccountsInsertRow struct {
@@ -194,13 +197,21 @@ type AccountsInsertRow struct {
 	CreatedAt time.Time
 	Held      int64
 	Unit      string
+	ParentID  string
 }
 
-// Creates the account unless one with this id exists. Returns no row when it already existed:
-// the primary key, not a prior read, decides which of several concurrent creations wins. unit is
-// currency or credits (accounts_unit_check).
+// Creates the account unless one with this id exists, as a member of parent_id when it is not ”.
+// Returns no row when it already existed: the primary key, not a prior read, decides which of several
+// concurrent creations wins. unit is currency or credits (accounts_unit_check). A parent that does not
+// exist fails with accounts_parent_fk, one of another currency with accounts_parent_currency_check, one
+// too deep with accounts_depth_check (trigger accounts_parent_tree).
 func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) (AccountsInsertRow, error) {
-	row := q.db.QueryRow(ctx, accountsInsert, arg.ID, arg.Currency, arg.Unit)
+	row := q.db.QueryRow(ctx, accountsInsert,
+		arg.ID,
+		arg.Currency,
+		arg.Unit,
+		arg.ParentID,
+	)
 	var i AccountsInsertRow
 	err := row.Scan(
 		&i.ID,
@@ -209,6 +220,7 @@ func (q *Queries) AccountsInsert(ctx context.Context, arg AccountsInsertParams) 
 		&i.CreatedAt,
 		&i.Held,
 		&i.Unit,
+		&i.ParentID,
 	)
 	return i, err
 }
@@ -245,6 +257,85 @@ func (q *Queries) AccountsLock(ctx context.Context, ids []string) ([]AccountsLoc
 			&i.Balance,
 			&i.Held,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const accountsMembers = `-- name: AccountsMembers :many
+SELECT c.id, c.balance, c.held,
+       coalesce((SELECT -sum(l.amount) FROM ledger l
+                 WHERE l.account_id = c.id AND l.kind = 'usage'
+                   AND l.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint
+           AS spent_own
+FROM accounts c
+WHERE c.parent_id = $1::text
+ORDER BY c.id
+`
+
+type AccountsMembersRow struct {
+	ID       string
+	Balance  int64
+	Held     int64
+	SpentOwn int64
+}
+
+// The members of a pool (its children), each with its balance, held and what it spent itself this month
+// (UTC, on the database clock): the usage entries on its own account. Empty when the account has none.
+func (q *Queries) AccountsMembers(ctx context.Context, id string) ([]AccountsMembersRow, error) {
+	rows, err := q.db.Query(ctx, accountsMembers, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AccountsMembersRow{}
+	for rows.Next() {
+		var i AccountsMembersRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Balance,
+			&i.Held,
+			&i.SpentOwn,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const accountsParents = `-- name: AccountsParents :many
+SELECT id, coalesce(parent_id, '')::text AS parent_id, depth::int AS depth
+FROM accounts
+WHERE id = ANY($1::text[])
+`
+
+type AccountsParentsRow struct {
+	ID       string
+	ParentID string
+	Depth    int32
+}
+
+// The accounts among ids that exist, each with its parent (” for a root) and depth: a cascade reads its
+// members' pools with this, a level at a time (at most three), before it locks them all (AccountsLock).
+func (q *Queries) AccountsParents(ctx context.Context, ids []string) ([]AccountsParentsRow, error) {
+	rows, err := q.db.Query(ctx, accountsParents, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AccountsParentsRow{}
+	for rows.Next() {
+		var i AccountsParentsRow
+		if err := rows.Scan(&i.ID, &i.ParentID, &i.Depth); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -523,4 +614,41 @@ func (q *Queries) AccountsSetStripeCustomer(ctx context.Context, arg AccountsSet
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const ledgerDrawnByMembers = `-- name: LedgerDrawnByMembers :many
+SELECT l.on_behalf_of::text AS member, (-sum(l.amount))::bigint AS drawn
+FROM ledger l
+WHERE l.account_id = $1
+  AND l.on_behalf_of IS NOT NULL
+  AND l.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+GROUP BY l.on_behalf_of
+ORDER BY 1
+`
+
+type LedgerDrawnByMembersRow struct {
+	Member string
+	Drawn  int64
+}
+
+// What a pool paid on behalf of each member this month (UTC, on the database clock): its entries with
+// on_behalf_of, by member.
+func (q *Queries) LedgerDrawnByMembers(ctx context.Context, poolID string) ([]LedgerDrawnByMembersRow, error) {
+	rows, err := q.db.Query(ctx, ledgerDrawnByMembers, poolID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LedgerDrawnByMembersRow{}
+	for rows.Next() {
+		var i LedgerDrawnByMembersRow
+		if err := rows.Scan(&i.Member, &i.Drawn); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

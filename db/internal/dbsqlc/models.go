@@ -65,6 +65,10 @@ type Account struct {
 	RechargeStatusSeq int64
 	// What the balance counts: currency (the minor unit of the account's currency; top-ups are paid in that currency) or credits (a unit of the product's own; top-ups may be paid in any currency, at their order's price). Chosen when the account is created.
 	Unit string
+	// The pool this account draws on when its own available runs out (SPEC §18); NULL: a root. Set at creation, never changed (trigger accounts_parent_tree).
+	ParentID *string
+	// How many ancestors the account has: 0 for a root, the parent's depth plus one otherwise (derived by trigger accounts_parent_tree). Locks are taken roots first: by depth, then id (accounts_lock).
+	Depth int16
 }
 
 // Who did what: one row per mutating request, refused request and console action; append-only.
@@ -187,6 +191,20 @@ type Hold struct {
 	LimitIDs []string
 	// The start of the window of each of limit_ids the hold was counted in.
 	WindowStarts []time.Time
+	// Of amount, what the hold reserved on its account's pools (the sum of its hold_reservations); the account itself reserved amount - pooled. 0 for a hold on a root, or one the member's own available covered. Written with the hold, never changed.
+	Pooled int64
+}
+
+// What a pool reserved for a hold on one of its members (SPEC §18), written with the hold in HoldsInsertGroup and never changed or deleted (hold_reservations_append_only): whether it still counts in the pool's held is the hold's status. Keyed by the hold's account, as holds are.
+type HoldReservation struct {
+	// The hold's account: the member.
+	AccountID string
+	// The hold, of account_id, that the pool reserved for.
+	HoldID string
+	// The pool that reserved: the member's parent or grandparent (checked by HoldsInsertGroup under the tree's locks, and by `onceledger verify`).
+	PoolID string
+	// What the pool reserved, counted in its accounts.held while the hold is held.
+	Amount int64
 }
 
 // Append-only journal of every money movement. A row is never updated or deleted (ledger_append_only).
@@ -223,6 +241,8 @@ type LedgerEntry struct {
 	LotCostAmount *int64
 	// The currency of lot_cost_amount (lower case ISO 4217); NULL with it.
 	LotCostCurrency *string
+	// For a pool's part of a member's debit: the member it paid for (the entry's key is the member's, decision:{id}, with @{pool_id} appended); NULL: the account paid for itself.
+	OnBehalfOf *string
 }
 
 // The debits not yet fully drawn: the account's debt, debit by debit. The next credit's lot draws them oldest first (by seq) and the row goes once the debit is covered.

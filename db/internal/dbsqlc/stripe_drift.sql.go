@@ -138,7 +138,8 @@ func (q *Queries) StripeDriftCheckpointsSince(ctx context.Context, since time.Ti
 }
 
 const stripeDriftCreditsBetween = `-- name: StripeDriftCreditsBetween :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
+       on_behalf_of
 FROM ledger
 WHERE kind IN ('topup', 'refund_restore', 'dispute_won')
   AND created_at >= $1
@@ -164,6 +165,7 @@ type StripeDriftCreditsBetweenRow struct {
 	BalanceAfter  int64
 	Subject       *string
 	Feature       *string
+	OnBehalfOf    *string
 }
 
 // The money-backed credits (topup, refund_restore, dispute_won) posted in [since, until), in posting
@@ -191,6 +193,7 @@ func (q *Queries) StripeDriftCreditsBetween(ctx context.Context, arg StripeDrift
 			&i.BalanceAfter,
 			&i.Subject,
 			&i.Feature,
+			&i.OnBehalfOf,
 		); err != nil {
 			return nil, err
 		}
@@ -294,7 +297,8 @@ func (q *Queries) StripeDriftOpenByReason(ctx context.Context) ([]StripeDriftOpe
 }
 
 const stripeDriftPaymentCredits = `-- name: StripeDriftPaymentCredits :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature
+SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
+       on_behalf_of
 FROM ledger
 WHERE payment_intent = ANY($1::text[])
   AND kind = 'topup'
@@ -314,6 +318,7 @@ type StripeDriftPaymentCreditsRow struct {
 	BalanceAfter  int64
 	Subject       *string
 	Feature       *string
+	OnBehalfOf    *string
 }
 
 // The topup credits of the given payments, through ledger_payment_intent_idx: a payment matches when it
@@ -340,6 +345,7 @@ func (q *Queries) StripeDriftPaymentCredits(ctx context.Context, paymentIntents 
 			&i.BalanceAfter,
 			&i.Subject,
 			&i.Feature,
+			&i.OnBehalfOf,
 		); err != nil {
 			return nil, err
 		}
