@@ -62,6 +62,8 @@ type accountJSON struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Unit is what the balance counts: currency (its minor unit) or credits.
 	Unit string `json:"unit"`
+	// ParentID is the account's pool; absent for a root.
+	ParentID string `json:"parent_id,omitempty"`
 	// Recharge and Alerts are shown by GET /v1/accounts/{id}.
 	Recharge *rechargeJSON `json:"recharge,omitempty"`
 	Alerts   *alertsJSON   `json:"alerts,omitempty"`
@@ -70,7 +72,7 @@ type accountJSON struct {
 func accountOut(a db.Account) accountJSON {
 	return accountJSON{
 		ID: a.ID, Currency: a.Currency, Balance: a.Balance, Held: a.Held, Available: a.Available(), CreatedAt: a.CreatedAt,
-		Unit: a.Unit,
+		Unit: a.Unit, ParentID: a.ParentID,
 	}
 }
 
@@ -89,6 +91,8 @@ type entryJSON struct {
 	// that named them); absent when none.
 	Subject string `json:"subject,omitempty"`
 	Feature string `json:"feature,omitempty"`
+	// OnBehalfOf is the member a pool paid the entry for (statements with include=members only).
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 	// Draws are the lots a debit drew from (the entries list only).
 	Draws []drawJSON `json:"draws,omitempty"`
 }
@@ -136,13 +140,17 @@ func getAccount(r *http.Request, d Deps, id string) (db.Account, error) {
 }
 
 // handlePutAccount creates the account idempotently: 201 when this call created it, 200 when it
-// existed with the same currency, 409 currency_mismatch otherwise. The signup grant is posted once,
-// by the call that creates the account (db.Ledger.CreateAccount).
+// existed with the same currency and parent, 409 currency_mismatch or parent_immutable otherwise. A
+// parent_id makes the account a member of that pool (SPEC §18): 404 parent_not_found when it does not
+// exist, 409 currency_mismatch when it has another currency, 409 parent_too_deep below a tree's third
+// level. The signup grant is posted once, by the call that creates the account
+// (db.Ledger.CreateMemberIn).
 func handlePutAccount(d Deps) http.Handler {
 	type request struct {
 		Currency *string `json:"currency"`
 		// Unit: currency (default) or credits, a unit of the product's own that top-ups buy at a price.
-		Unit *string `json:"unit"`
+		Unit     *string `json:"unit"`
+		ParentID *string `json:"parent_id"`
 	}
 	type response struct {
 		Account accountJSON `json:"account"`
@@ -165,8 +173,15 @@ func handlePutAccount(d Deps) http.Handler {
 		if unit != db.UnitCurrency && unit != db.UnitCredits {
 			return badRequest("invalid_unit", `unit must be "currency" or "credits"`)
 		}
+		var parentID string
+		if req.ParentID != nil {
+			parentID = *req.ParentID
+			if !accountIDPattern.MatchString(parentID) || parentID == id {
+				return badRequest("invalid_parent_id", "parent_id must be another account's id: 1-64 characters of [A-Za-z0-9_.:-]")
+			}
+		}
 		answersOnEffect(r, http.StatusCreated)
-		out, err := d.Ledger.CreateAccountIn(r.Context(), id, *req.Currency, unit, d.Config.SignupGrant)
+		out, err := d.Ledger.CreateMemberIn(r.Context(), id, *req.Currency, unit, parentID, d.Config.SignupGrant)
 		if err != nil {
 			return err
 		}
@@ -273,4 +288,42 @@ func onePage[T any](rows []T, limit int, key func(T) int64) ([]T, *string) {
 	}
 	next := strconv.FormatInt(key(rows[limit-1]), 10)
 	return rows[:limit], &next
+}
+
+// handleGetMembers lists a pool's members (SPEC §18): each child with its balance, held, available and
+// this month's spending, its own and drawn from this pool. 404 account_not_found for no account.
+func handleGetMembers(d Deps) http.Handler {
+	type member struct {
+		ID        string `json:"id"`
+		Balance   int64  `json:"balance"`
+		Held      int64  `json:"held"`
+		Available int64  `json:"available"`
+		Spent     struct {
+			Own      int64 `json:"own"`
+			FromPool int64 `json:"from_pool"`
+		} `json:"spent"`
+	}
+	type response struct {
+		Members []member `json:"members"`
+	}
+	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := accountID(r)
+		if err != nil {
+			return err
+		}
+		if _, err := getAccount(r, d, id); err != nil {
+			return err
+		}
+		members, err := db.Members(r.Context(), d.Pool, id)
+		if err != nil {
+			return err
+		}
+		out := response{Members: make([]member, len(members))}
+		for i, m := range members {
+			out.Members[i] = member{ID: m.ID, Balance: m.Balance, Held: m.Held, Available: m.Available()}
+			out.Members[i].Spent.Own, out.Members[i].Spent.FromPool = m.SpentOwn, m.DrawnFromPool
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
 }

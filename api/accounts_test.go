@@ -1,9 +1,16 @@
 package api
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/onceledger/onceledger/db"
+	"github.com/onceledger/onceledger/db/dbtest"
 
 	"github.com/onceledger/onceledger/internal/config"
 )
@@ -115,4 +122,98 @@ func TestAuthOnEveryV1Route(t *testing.T) {
 	// Either configured key works.
 	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "Bearer "+otherAPIKey).want(t, 200, "")
 	withKeys.call(http.MethodGet, "/v1/accounts/acct_auth", nil, "Authorization", "bearer "+testAPIKey).want(t, 200, "")
+}
+
+// A member is created under its pool once; its parent never changes, and a parent that is missing, of
+// another currency or a tree's third level is refused with nothing written (SPEC §18).
+func TestPutAccountWithParent(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(c *config.Config) { c.SignupGrant = 100 })
+	put := func(id string, body map[string]string) reply {
+		return s.call(http.MethodPut, "/v1/accounts/"+id, body)
+	}
+	put("org", map[string]string{"currency": "usd"}).want(t, http.StatusCreated, "")
+	got := put("team", map[string]string{"currency": "usd", "parent_id": "org"}).want(t, http.StatusCreated, "")
+	if p := got.JSON["account"].(map[string]any)["parent_id"]; p != "org" {
+		t.Fatalf("team's parent %v: %s", p, got.Body)
+	}
+	put("member", map[string]string{"currency": "usd", "parent_id": "team"}).want(t, http.StatusCreated, "")
+	put("member", map[string]string{"currency": "usd", "parent_id": "team"}).want(t, http.StatusOK, "")
+
+	put("member", map[string]string{"currency": "usd", "parent_id": "org"}).want(t, http.StatusConflict, "parent_immutable")
+	put("member", map[string]string{"currency": "usd"}).want(t, http.StatusConflict, "parent_immutable")
+	put("org", map[string]string{"currency": "usd", "parent_id": "member"}).want(t, http.StatusConflict, "parent_immutable")
+	put("orphan", map[string]string{"currency": "usd", "parent_id": "nobody"}).want(t, http.StatusNotFound, "parent_not_found")
+	put("euro", map[string]string{"currency": "eur", "parent_id": "org"}).want(t, http.StatusConflict, "currency_mismatch")
+	put("deep", map[string]string{"currency": "usd", "parent_id": "member"}).want(t, http.StatusConflict, "parent_too_deep")
+	put("self", map[string]string{"currency": "usd", "parent_id": "self"}).want(t, http.StatusBadRequest, "invalid_parent_id")
+	put("bad", map[string]string{"currency": "usd", "parent_id": "a b"}).want(t, http.StatusBadRequest, "invalid_parent_id")
+
+	if n := s.count(`SELECT count(*) FROM accounts`); n != 3 {
+		t.Fatalf("%d accounts, want 3", n)
+	}
+	if n := s.count(`SELECT count(*) FROM ledger`); n != 3 {
+		t.Fatalf("%d entries, want the 3 grants", n)
+	}
+	got = s.call(http.MethodGet, "/v1/accounts/member", nil).want(t, http.StatusOK, "")
+	if p := got.JSON["account"].(map[string]any)["parent_id"]; p != "team" {
+		t.Fatalf("member's parent %v", p)
+	}
+}
+
+// GET /v1/accounts/{id}/members: each child with its money and this month's spending, its own and drawn
+// from the pool.
+func TestPoolsMembersListsEachChildsSpending(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	ctx := context.Background()
+	l := dbtest.Ledger(t, s.pool)
+	for _, a := range [][3]string{{"org", "", "500"}, {"alice", "org", "40"}, {"bob", "org", "0"}} {
+		grant, _ := strconv.ParseInt(a[2], 10, 64)
+		if _, err := l.CreateMember(ctx, a[0], "gbp", a[1], grant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.StoreDecisions(ctx, s.pool, []db.Decision{
+		{ID: "d1", AccountID: "alice", Cost: 100, OccurredAt: time.Now()},
+		{ID: "d2", AccountID: "bob", Cost: 30, OccurredAt: time.Now()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	billStored(t, s.pool)
+	got := strings.TrimSpace(string(s.call(http.MethodGet, "/v1/accounts/org/members", nil).want(t, http.StatusOK, "").Body))
+	want := `{"members":[` +
+		`{"id":"alice","balance":0,"held":0,"available":0,"spent":{"own":40,"from_pool":60}},` +
+		`{"id":"bob","balance":0,"held":0,"available":0,"spent":{"own":0,"from_pool":30}}]}`
+	if got != want {
+		t.Fatalf("members %s\nwant    %s", got, want)
+	}
+	if got := strings.TrimSpace(string(s.call(http.MethodGet, "/v1/accounts/alice/members", nil).want(t, http.StatusOK, "").Body)); got != `{"members":[]}` {
+		t.Fatalf("alice's members %s", got)
+	}
+	s.call(http.MethodGet, "/v1/accounts/nobody/members", nil).want(t, http.StatusNotFound, "account_not_found")
+
+	// The pool's statement names the member of each part it paid, with include=members.
+	period := "from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z"
+	statement := s.call(http.MethodGet, "/v1/accounts/org/statement?include=members&"+period, nil).want(t, http.StatusOK, "")
+	var behalf []string
+	for _, e := range statement.JSON["entries"].([]any) {
+		entry := e.(map[string]any)
+		if by, ok := entry["on_behalf_of"]; ok {
+			behalf = append(behalf, fmt.Sprintf("%v:%v:%v", entry["dedupe_key"], entry["amount"], by))
+		}
+	}
+	if want := "[decision:d1@org:-60:alice decision:d2@org:-30:bob]"; fmt.Sprint(behalf) != want {
+		t.Fatalf("statement's parts %v, want %s", behalf, want)
+	}
+	csvBody := string(s.call(http.MethodGet, "/v1/accounts/org/statement?format=csv&include=members&"+period, nil).want(t, http.StatusOK, "").Body)
+	if !strings.HasPrefix(csvBody, "seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature,on_behalf_of\n") ||
+		!strings.Contains(csvBody, ",decision:d1@org,decision d1 of alice,,,alice\n") {
+		t.Fatalf("CSV statement:\n%s", csvBody)
+	}
+	plain := s.call(http.MethodGet, "/v1/accounts/org/statement?"+period, nil).want(t, http.StatusOK, "")
+	if strings.Contains(string(plain.Body), "on_behalf_of") {
+		t.Fatalf("a statement without include=members names members: %s", plain.Body)
+	}
+	s.call(http.MethodGet, "/v1/accounts/org/statement?include=everything&"+period, nil).want(t, http.StatusBadRequest, "invalid_include")
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/csv"
 	"fmt"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
-	"github.com/onceledger/onceledger/db/dbtest"
 )
 
 // entryPage fetches one page and returns its entry ids and next cursor ("" at the end).
@@ -173,7 +171,6 @@ func whoSpent(e map[string]any) string {
 func TestEntriesShowSubjectAndFeature(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	ctx := context.Background()
 	t0 := s.dbNow()
 	s.createAccount("acct_sf", "usd", 1000)
 	authorise(s, "acct_sf", map[string]any{"id": "h1", "amount": 100, "subject": "agent-7", "feature": "chat"}).want(t, http.StatusCreated, "")
@@ -183,13 +180,7 @@ func TestEntriesShowSubjectAndFeature(t *testing.T) {
 	}
 	s.call(http.MethodPost, "/v1/decisions", `[{"id":"d1","account_id":"acct_sf","cost":25,"subject":"alice@example.com","feature":"search"},`+
 		`{"id":"d2","account_id":"acct_sf","cost":5}]`).want(t, http.StatusOK, "")
-	last, err := db.LastDecisionSeq(ctx, s.pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dbtest.Ledger(t, s.pool).BillChunk(ctx, 0, last, 100); err != nil {
-		t.Fatal(err)
-	}
+	billStored(t, s.pool)
 
 	adjust(s, "acct_sf", "k1", map[string]any{"amount": 5, "subject": "not a subject"}).want(t, http.StatusBadRequest, "invalid_subject")
 	adjust(s, "acct_sf", "k1", map[string]any{"amount": 5, "feature": "a@b"}).want(t, http.StatusBadRequest, "invalid_feature")

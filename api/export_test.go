@@ -32,3 +32,6 @@ func WiredDeps(pool *pgxpool.Pool, cfg config.Config, log *slog.Logger, ledgerCf
 	}
 	return Deps{Pool: pool, Log: log, Config: cfg, Ledger: ledger, Stripe: stripe, Events: events, Jobs: jobs, Tracing: tr}
 }
+
+// BillStored is billStored for the external tests: bills every decision stored so far.
+var BillStored = billStored

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,14 @@ func handleGetStatement(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
+		var members bool
+		switch r.URL.Query().Get("include") {
+		case "":
+		case "members":
+			members = true
+		default:
+			return badRequest("invalid_include", "include must be members")
+		}
 		acct, err := getAccount(r, d, id)
 		if err != nil {
 			return err
@@ -92,9 +101,9 @@ func handleGetStatement(d Deps) http.Handler {
 		w.Header().Set("Statement-Opening-Balance", strconv.FormatInt(bounds.OpeningBalance, 10))
 		w.Header().Set("Statement-Closing-Balance", strconv.FormatInt(bounds.ClosingBalance, 10))
 		if asCSV {
-			err = writeStatementCSV(w, r, d.Pool, bounds)
+			err = writeStatementCSV(w, r, d.Pool, bounds, members)
 		} else {
-			err = writeStatementJSON(w, r, d.Pool, acct, from, to, bounds)
+			err = writeStatementJSON(w, r, d.Pool, acct, from, to, bounds, members)
 		}
 		if err != nil {
 			d.Log.ErrorContext(r.Context(), "statement cut short", "account", id, "err", err)
@@ -149,21 +158,31 @@ func wantsCSV(r *http.Request) (bool, error) {
 	return false, badRequest("invalid_format", "format must be json or csv")
 }
 
-func writeStatementCSV(w http.ResponseWriter, r *http.Request, q db.Conn, bounds db.StatementRange) error {
+// writeStatementCSV writes the statement as CSV; with members, each entry says the member a pool paid it
+// for (a last column, on_behalf_of).
+func writeStatementCSV(w http.ResponseWriter, r *http.Request, q db.Conn, bounds db.StatementRange, members bool) error {
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	out := csv.NewWriter(w)
-	if err := out.Write(statementCSVHeader); err != nil {
+	header := statementCSVHeader
+	if members {
+		header = append(slices.Clip(header), "on_behalf_of")
+	}
+	if err := out.Write(header); err != nil {
 		return err
 	}
 	progress := newProgress(w)
 	err := db.StatementEntries(r.Context(), q, bounds, func(e db.Entry) error {
 		progress.entryWritten()
-		return out.Write([]string{
+		row := []string{
 			strconv.FormatInt(e.Seq, 10), strconv.FormatInt(e.ID, 10), e.CreatedAt.UTC().Format(time.RFC3339Nano),
 			e.Kind, strconv.FormatInt(e.Amount, 10), strconv.FormatInt(e.BalanceAfter, 10), csvText(e.DedupeKey), csvText(e.Description),
 			csvText(e.Subject), csvText(e.Feature),
-		})
+		}
+		if members {
+			row = append(row, csvText(e.OnBehalfOf))
+		}
+		return out.Write(row)
 	})
 	if err != nil {
 		return err
@@ -192,7 +211,9 @@ type statementHead struct {
 	ClosingBalance int64     `json:"closing_balance"`
 }
 
-func writeStatementJSON(w http.ResponseWriter, r *http.Request, q db.Conn, acct db.Account, from, to time.Time, bounds db.StatementRange) error {
+// writeStatementJSON streams the statement as one JSON object; with members, each entry a pool paid for a
+// member names it (on_behalf_of).
+func writeStatementJSON(w http.ResponseWriter, r *http.Request, q db.Conn, acct db.Account, from, to time.Time, bounds db.StatementRange, members bool) error {
 	head, err := json.Marshal(statementHead{
 		AccountID: acct.ID, Currency: acct.Currency, From: from, To: to,
 		OpeningBalance: bounds.OpeningBalance, ClosingBalance: bounds.ClosingBalance,
@@ -210,7 +231,11 @@ func writeStatementJSON(w http.ResponseWriter, r *http.Request, q db.Conn, acct 
 	progress := newProgress(w)
 	err = db.StatementEntries(r.Context(), q, bounds, func(e db.Entry) error {
 		progress.entryWritten()
-		line, err := json.Marshal(entryOut(e))
+		entry := entryOut(e)
+		if members {
+			entry.OnBehalfOf = e.OnBehalfOf
+		}
+		line, err := json.Marshal(entry)
 		if err != nil {
 			return err
 		}

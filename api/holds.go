@@ -31,12 +31,13 @@ type holdJSON struct {
 	ResolvedAt     *time.Time `json:"resolved_at"`
 	Subject        *string    `json:"subject"`
 	Feature        *string    `json:"feature"`
+	Pooled         int64      `json:"pooled"`
 }
 
 func holdOut(h db.Hold) holdJSON {
 	out := holdJSON{
 		ID: h.ID, AccountID: h.AccountID, Amount: h.Amount, Status: h.Status,
-		ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt, ResolvedAt: h.ResolvedAt,
+		ExpiresAt: h.ExpiresAt, CreatedAt: h.CreatedAt, ResolvedAt: h.ResolvedAt, Pooled: h.Pooled,
 	}
 	if h.Status == db.HoldCaptured {
 		out.CapturedAmount = &h.CapturedAmount

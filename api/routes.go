@@ -45,6 +45,7 @@ func routes(d Deps) *mux.Router {
 	accounts.handle(http.MethodDelete, "/v1/accounts/{id}/limits/{limit_id}", apiKey(access.Credit, handleDeleteLimit(d)))
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/holds/{hold_id}", apiKey(access.Read, handleGetHold(d)))
 	accounts.handle(http.MethodGet, "/v1/accounts/{id}/lots", apiKey(access.Read, handleListLots(d)))
+	accounts.handle(http.MethodGet, "/v1/accounts/{id}/members", apiKey(access.Read, handleGetMembers(d)))
 	v1.handle(http.MethodPost, "/v1/decisions", apiKey(access.Spend, handlePostDecisions(d)))
 	v1.handle(http.MethodGet, "/v1/topups/{id}", apiKey(access.Read, handleGetTopup(d)))
 	v1.handle(http.MethodPost, "/v1/lots/{id}/void", apiKey(access.Operate, handleVoidLot(d)))

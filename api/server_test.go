@@ -259,6 +259,19 @@ func (s *server) post(ps ...db.Posting) {
 	}
 }
 
+// billStored bills every decision stored so far, as the billing loop does, in chunks of 100.
+func billStored(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	last, err := db.LastDecisionSeq(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dbtest.Ledger(t, pool).BillChunk(ctx, 0, last, 100); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func postAll(pool *pgxpool.Pool, ps []db.Posting) error {
 	return db.InTx(context.Background(), pool, func(tx pgx.Tx) error {
 		for _, p := range ps {

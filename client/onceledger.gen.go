@@ -548,6 +548,21 @@ func (e GetStatementParamsFormat) Valid() bool {
 	}
 }
 
+// Defines values for GetStatementParamsInclude.
+const (
+	GetStatementParamsIncludeMembers GetStatementParamsInclude = "members"
+)
+
+// Valid indicates whether the value is a known member of the GetStatementParamsInclude enum.
+func (e GetStatementParamsInclude) Valid() bool {
+	switch e {
+	case GetStatementParamsIncludeMembers:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetLiabilityReportParamsFormat.
 const (
 	GetLiabilityReportParamsFormatCSV  GetLiabilityReportParamsFormat = "csv"
@@ -608,6 +623,9 @@ type Account struct {
 	// Held The sum of the holds still held.
 	Held int64     `json:"held"`
 	ID   AccountID `json:"id"`
+
+	// ParentID The account's pool; absent for a root.
+	ParentID *AccountID `json:"parent_id,omitempty"`
 
 	// Recharge Auto-recharge settings (on GET /v1/accounts/{id}).
 	Recharge *Recharge `json:"recharge,omitempty"`
@@ -755,10 +773,13 @@ type Entry struct {
 	Draws *[]Draw `json:"draws,omitempty"`
 
 	// Feature What was spent on, as the hold, decision or adjustment named it; absent when none.
-	Feature       *Feature  `json:"feature,omitempty"`
-	ID            int64     `json:"id"`
-	Kind          EntryKind `json:"kind"`
-	PaymentIntent *string   `json:"payment_intent"`
+	Feature *Feature  `json:"feature,omitempty"`
+	ID      int64     `json:"id"`
+	Kind    EntryKind `json:"kind"`
+
+	// OnBehalfOf In a statement with include=members, the member a pool paid this entry for; absent otherwise.
+	OnBehalfOf    *AccountID `json:"on_behalf_of,omitempty"`
+	PaymentIntent *string    `json:"payment_intent"`
 
 	// Seq The entry's position within its account (1, 2, 3, … without holes); the balance chain follows it.
 	Seq int64 `json:"seq"`
@@ -815,6 +836,9 @@ type Hold struct {
 
 	// ID Chosen by the caller, unique per account.
 	ID HoldID `json:"id"`
+
+	// Pooled Of amount, what the account's pools (its parent, then its grandparent) reserved, because the account's own available did not cover it; the account reserved the rest. 0 on a root. A capture posts the account's part first, then each pool's (`{key}@{pool_id}`, `on_behalf_of` the account).
+	Pooled int64 `json:"pooled"`
 
 	// ResolvedAt Null exactly while held.
 	ResolvedAt *time.Time `json:"resolved_at"`
@@ -1113,6 +1137,9 @@ type PutAccountJSONBody struct {
 	// Currency Lower-case ISO 4217 code, as Stripe writes it. Never converted.
 	Currency Currency `json:"currency"`
 
+	// ParentID The pool this account draws on when its own available runs out.
+	ParentID *AccountID `json:"parent_id,omitempty"`
+
 	// Unit `credits`: the balance counts credits, which top-ups buy at their own price in any currency (no auto-recharge).
 	Unit *PutAccountJSONBodyUnit `json:"unit,omitempty"`
 }
@@ -1263,10 +1290,16 @@ type GetStatementParams struct {
 
 	// Format `csv` or `json`; when absent, the Accept header decides (JSON unless it names text/csv).
 	Format *GetStatementParamsFormat `form:"format,omitempty" json:"format,omitempty"`
+
+	// Include `members`: name the member each of a pool's entries was paid for.
+	Include *GetStatementParamsInclude `form:"include,omitempty" json:"include,omitempty"`
 }
 
 // GetStatementParamsFormat defines parameters for GetStatement.
 type GetStatementParamsFormat string
+
+// GetStatementParamsInclude defines parameters for GetStatement.
+type GetStatementParamsInclude string
 
 // PostTopupJSONBody defines parameters for PostTopup.
 type PostTopupJSONBody struct {
@@ -1461,7 +1494,9 @@ type ClientInterface interface {
 	// PutAccountWithBody Create an account idempotently.
 	//
 	// Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-	// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+	// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+	// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+	// most three levels, all in one currency.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1471,7 +1506,9 @@ type ClientInterface interface {
 	// PutAccount Create an account idempotently.
 	//
 	// Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-	// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+	// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+	// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+	// most three levels, all in one currency.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1644,6 +1681,15 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/accounts/{id}/lots (the `ListLots` operationId).
 	ListLots(ctx context.Context, id AccountID, params *ListLotsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetMembers A pool's members and what each spent this month.
+	//
+	// Each child of the account (docs/pools.md) with its balance, held, available and this calendar
+	// month's spending (UTC, on the database clock): `own`, what it paid itself, and `from_pool`, what this
+	// account paid on its behalf.
+	//
+	// Corresponds with GET /v1/accounts/{id}/members (the `GetMembers` operationId).
+	GetMembers(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetRecharge Show auto-recharge and why it is (not) charging.
 	//
 	// The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
@@ -1700,7 +1746,8 @@ type ClientInterface interface {
 	// the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 	// closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
 	// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
-	// entry (subject and feature empty when none). The balances
+	// entry (subject and feature empty when none). `?include=members` adds, on each entry a pool paid for a
+	// member (docs/pools.md), that member: `on_behalf_of` in JSON, a last CSV column `on_behalf_of`. The balances
 	// are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 	// streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 	// the connection, so a truncated statement is never mistaken for a whole one.
@@ -1896,7 +1943,9 @@ func (c *Client) GetAccount(ctx context.Context, id AccountID, reqEditors ...Req
 // PutAccountWithBody Create an account idempotently.
 //
 // Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+// most three levels, all in one currency.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1916,7 +1965,9 @@ func (c *Client) PutAccountWithBody(ctx context.Context, id AccountID, contentTy
 // PutAccount Create an account idempotently.
 //
 // Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+// most three levels, all in one currency.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2269,6 +2320,25 @@ func (c *Client) ListLots(ctx context.Context, id AccountID, params *ListLotsPar
 	return c.Client.Do(req)
 }
 
+// GetMembers A pool's members and what each spent this month.
+//
+// Each child of the account (docs/pools.md) with its balance, held, available and this calendar
+// month's spending (UTC, on the database clock): `own`, what it paid itself, and `from_pool`, what this
+// account paid on its behalf.
+//
+// Corresponds with GET /v1/accounts/{id}/members (the `GetMembers` operationId).
+func (c *Client) GetMembers(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMembersRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetRecharge Show auto-recharge and why it is (not) charging.
 //
 // The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
@@ -2355,7 +2425,8 @@ func (c *Client) PutRecharge(ctx context.Context, id AccountID, body PutRecharge
 // the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 // closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
 // `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
-// entry (subject and feature empty when none). The balances
+// entry (subject and feature empty when none). `?include=members` adds, on each entry a pool paid for a
+// member (docs/pools.md), that member: `on_behalf_of` in JSON, a last CSV column `on_behalf_of`. The balances
 // are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 // streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 // the connection, so a truncated statement is never mistaken for a whole one.
@@ -3387,6 +3458,40 @@ func NewListLotsRequest(server string, id AccountID, params *ListLotsParams) (*h
 	return req, nil
 }
 
+// NewGetMembersRequest constructs an http.Request for the GetMembers method
+func NewGetMembersRequest(server string, id AccountID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/accounts/%s/members", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetRechargeRequest constructs an http.Request for the GetRecharge method
 func NewGetRechargeRequest(server string, id AccountID) (*http.Request, error) {
 	var err error
@@ -3522,6 +3627,18 @@ func NewGetStatementRequest(server string, id AccountID, params *GetStatementPar
 		if params.Format != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "format", *params.Format, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Include != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include", *params.Include, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4143,7 +4260,9 @@ type ClientWithResponsesInterface interface {
 	// PutAccountWithBodyWithResponse Create an account idempotently.
 	//
 	// Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-	// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+	// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+	// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+	// most three levels, all in one currency.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4153,7 +4272,9 @@ type ClientWithResponsesInterface interface {
 	// PutAccountWithResponse Create an account idempotently.
 	//
 	// Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-	// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+	// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+	// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+	// most three levels, all in one currency.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4340,6 +4461,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/accounts/{id}/lots (the `ListLots` operationId).
 	ListLotsWithResponse(ctx context.Context, id AccountID, params *ListLotsParams, reqEditors ...RequestEditorFn) (*ListLotsResponse, error)
 
+	// GetMembersWithResponse A pool's members and what each spent this month.
+	//
+	// Each child of the account (docs/pools.md) with its balance, held, available and this calendar
+	// month's spending (UTC, on the database clock): `own`, what it paid itself, and `from_pool`, what this
+	// account paid on its behalf.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/accounts/{id}/members (the `GetMembers` operationId).
+	GetMembersWithResponse(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*GetMembersResponse, error)
+
 	// GetRechargeWithResponse Show auto-recharge and why it is (not) charging.
 	//
 	// The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
@@ -4398,7 +4530,8 @@ type ClientWithResponsesInterface interface {
 	// the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 	// closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
 	// `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
-	// entry (subject and feature empty when none). The balances
+	// entry (subject and feature empty when none). `?include=members` adds, on each entry a pool paid for a
+	// member (docs/pools.md), that member: `on_behalf_of` in JSON, a last CSV column `on_behalf_of`. The balances
 	// are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 	// streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 	// the connection, so a truncated statement is never mistaken for a whole one.
@@ -4781,6 +4914,8 @@ type PutAccountResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -4816,6 +4951,11 @@ func (r PutAccountResponse) GetJSON401() *Unauthorized {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r PutAccountResponse) GetJSON403() *Forbidden {
 	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutAccountResponse) GetJSON404() *Error {
+	return r.JSON404
 }
 
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
@@ -6039,6 +6179,118 @@ func (r ListLotsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListLotsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetMembersResponse429Headers the declared response headers of an HTTP 429 response for GetMembers
+type GetMembersResponse429Headers struct {
+	RetryAfter *int
+}
+
+type GetMembersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Members []struct {
+			Available int64     `json:"available"`
+			Balance   int64     `json:"balance"`
+			Held      int64     `json:"held"`
+			ID        AccountID `json:"id"`
+			Spent     struct {
+				FromPool int64 `json:"from_pool"`
+				Own      int64 `json:"own"`
+			} `json:"spent"`
+		} `json:"members"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyAttempts
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetMembersResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMembersResponse) GetJSON200() *struct {
+	Members []struct {
+		Available int64     `json:"available"`
+		Balance   int64     `json:"balance"`
+		Held      int64     `json:"held"`
+		ID        AccountID `json:"id"`
+		Spent     struct {
+			FromPool int64 `json:"from_pool"`
+			Own      int64 `json:"own"`
+		} `json:"spent"`
+	} `json:"members"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetMembersResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetMembersResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetMembersResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetMembersResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetMembersResponse) GetJSON429() *TooManyAttempts {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetMembersResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMembersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMembersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMembersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMembersResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7460,7 +7712,9 @@ func (c *ClientWithResponses) GetAccountWithResponse(ctx context.Context, id Acc
 // PutAccountWithBodyWithResponse Create an account idempotently.
 //
 // Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+// most three levels, all in one currency.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7476,7 +7730,9 @@ func (c *ClientWithResponses) PutAccountWithBodyWithResponse(ctx context.Context
 // PutAccountWithResponse Create an account idempotently.
 //
 // Creates the account with its currency, once. The signup grant (`SIGNUP_GRANT` minor units,
-// dedupe key `grant:{id}`) is posted by the call that creates it, never again.
+// dedupe key `grant:{id}`) is posted by the call that creates it, never again. With `parent_id` the
+// account is a member of that pool (docs/pools.md): set at creation, never changed; a tree has at
+// most three levels, all in one currency.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7771,6 +8027,23 @@ func (c *ClientWithResponses) ListLotsWithResponse(ctx context.Context, id Accou
 	return ParseListLotsResponse(rsp)
 }
 
+// GetMembersWithResponse A pool's members and what each spent this month.
+//
+// Each child of the account (docs/pools.md) with its balance, held, available and this calendar
+// month's spending (UTC, on the database clock): `own`, what it paid itself, and `from_pool`, what this
+// account paid on its behalf.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/accounts/{id}/members (the `GetMembers` operationId).
+func (c *ClientWithResponses) GetMembersWithResponse(ctx context.Context, id AccountID, reqEditors ...RequestEditorFn) (*GetMembersResponse, error) {
+	rsp, err := c.GetMembers(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMembersResponse(rsp)
+}
+
 // GetRechargeWithResponse Show auto-recharge and why it is (not) charging.
 //
 // The settings, the status on the database clock, when a `cooling_down` or `budget_exhausted` status
@@ -7847,7 +8120,8 @@ func (c *ClientWithResponses) PutRechargeWithResponse(ctx context.Context, id Ac
 // the first (`opening_balance`) and after the last (`closing_balance`): opening + the sum of the amounts =
 // closing. `Accept: text/csv` or `?format=csv` answers CSV: the header row
 // `seq,id,created_at,kind,amount,balance_after,dedupe_key,description,subject,feature`, then one row per
-// entry (subject and feature empty when none). The balances
+// entry (subject and feature empty when none). `?include=members` adds, on each entry a pool paid for a
+// member (docs/pools.md), that member: `on_behalf_of` in JSON, a last CSV column `on_behalf_of`. The balances
 // are also in the `Statement-Opening-Balance` and `Statement-Closing-Balance` headers. The statement is
 // streamed as it is read: any length is served in constant memory. A failure after the first byte cuts
 // the connection, so a truncated statement is never mistaken for a whole one.
@@ -8302,6 +8576,13 @@ func ParsePutAccountResponse(rsp *http.Response) (*PutAccountResponse, error) {
 			return nil, err
 		}
 		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Error
@@ -9395,6 +9676,98 @@ func ParseListLotsResponse(rsp *http.Response) (*ListLotsResponse, error) {
 	switch {
 	case rsp.StatusCode == 429:
 		var headers ListLotsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetMembersResponse parses an HTTP response from a GetMembersWithResponse call
+func ParseGetMembersResponse(rsp *http.Response) (*GetMembersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMembersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Members []struct {
+				Available int64     `json:"available"`
+				Balance   int64     `json:"balance"`
+				Held      int64     `json:"held"`
+				ID        AccountID `json:"id"`
+				Spent     struct {
+					FromPool int64 `json:"from_pool"`
+					Own      int64 `json:"own"`
+				} `json:"spent"`
+			} `json:"members"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetMembersResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -36,3 +36,25 @@ func TestConsoleEntriesShowSubjectAndFeature(t *testing.T) {
 		}
 	}
 }
+
+// The account page shows the pool an account draws on and, for a pool, its members with this month's
+// spending, their own and drawn from the pool (SPEC §18).
+func TestConsoleAccountShowsPoolAndMembers(t *testing.T) {
+	t.Parallel()
+	s := newConsoleServer(t)
+	s.call(http.MethodPut, "/v1/accounts/org", `{"currency":"usd"}`, "")
+	s.call(http.MethodPut, "/v1/accounts/alice", `{"currency":"usd","parent_id":"org"}`, "")
+	s.call(http.MethodPost, "/v1/accounts/alice/adjustments", `{"amount":1000}`, "opening")
+
+	c := s.loggedIn()
+	_, page := c.page("/console/accounts/org")
+	_, members, _ := strings.Cut(page, `<table id="members">`)
+	members, _, _ = strings.Cut(members, "</table>")
+	if !strings.Contains(members, `<a href="/console/accounts/alice">alice</a></td><td class="r">1,000</td>`) {
+		t.Fatalf("org's members:\n%s", members)
+	}
+	_, alice := c.page("/console/accounts/alice")
+	if !strings.Contains(alice, `Draws on <a class="mono" href="/console/accounts/org">org</a>`) {
+		t.Fatalf("alice's page names no pool:\n%s", alice)
+	}
+}

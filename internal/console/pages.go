@@ -376,6 +376,9 @@ type accountPage struct {
 	HoldsMore bool
 	// Limits: the spend limits, each with its current window.
 	Limits []db.Limit
+	// Members: the accounts that draw on this one (its pool is Account.ParentID), with this month's
+	// spending, their own and drawn from this pool.
+	Members []db.Member
 	// Automation: the saved card, auto-recharge and alert settings; RechargeStatus: why recharge is
 	// (not) charging now, and its budget window.
 	Automation     db.Automation
@@ -387,7 +390,7 @@ type accountPage struct {
 }
 
 // account shows an account's balance, held and available; its open lots in draw order and its holds
-// still held; its spend limits with their current windows; its auto-recharge and alert settings and recharge status; its newest entries with the balance after each,
+// still held; its spend limits with their current windows; its pool and its members; its auto-recharge and alert settings and recharge status; its newest entries with the balance after each,
 // and a chart of that balance.
 func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -411,6 +414,9 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	p.HoldsMore = len(p.Holds) > holdsListed
 	p.Holds = p.Holds[:min(len(p.Holds), holdsListed)]
 	if p.Limits, err = db.Limits(ctx, c.Pool, acct.ID); err != nil {
+		return err
+	}
+	if p.Members, err = db.Members(ctx, c.Pool, acct.ID); err != nil {
 		return err
 	}
 	if p.Automation, err = db.GetAutomation(ctx, c.Pool, acct.ID); err != nil {
