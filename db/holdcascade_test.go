@@ -290,3 +290,55 @@ func TestCascadeMemberPartOfZeroDrawsNoLot(t *testing.T) {
 	}
 	verifyClean(t, pool)
 }
+
+// 64 members of one organisation, none with credits of its own, authorising at once: their holds are
+// grouped on the root's row (a few transactions, not 64), each member's answer is its own, and the
+// organisation's available is never overdrawn: the authorisations past it are refused (SPEC §18).
+func TestHoldCascadeHotPoolGroupedOnItsRoot(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	l := dbtest.Ledger(t, pool, db.LedgerConfig{Groups: db.GroupOptions{Window: burstWindow}})
+	const members = 64
+	accounts := [][3]string{{"org", "", "600"}}
+	for i := range members {
+		accounts = append(accounts, [3]string{fmt.Sprintf("m%02d", i), "org", "0"})
+	}
+	createTree(t, l, accounts...)
+	errs := make([]error, members)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = l.AuthoriseHoldGrouped(ctx, fmt.Sprintf("m%02d", i), db.HoldRequest{ID: "h", Amount: 10, ExpiresIn: time.Hour})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var created, refused int
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			created++
+		case errors.Is(err, db.ErrInsufficientBalance):
+			refused++
+		default:
+			t.Errorf("m%02d: %v", i, err)
+		}
+	}
+	if created != 60 || refused != 4 {
+		t.Fatalf("%d created, %d refused; want 60 and 4: the organisation had 600 for holds of 10", created, refused)
+	}
+	wantHeld(t, pool, map[string]int64{"org": 600})
+	var transactions int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM holds`).Scan(&transactions); err != nil {
+		t.Fatal(err)
+	}
+	if transactions > members/4 {
+		t.Fatalf("the %d holds were written by %d transactions: not grouped on the organisation", created, transactions)
+	}
+	verifyClean(t, pool)
+}

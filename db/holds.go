@@ -123,7 +123,7 @@ func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID s
 		if err != nil {
 			return false, err
 		}
-		levels := newReserver(pools, locked, accountID)
+		levels := newReserver(pools, roomOf(locked), accountID)
 		parts := []holdParts{levels.reserve(req.Amount)}
 		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accountID, []HoldRequest{req}, windows, parts))
 		if err != nil {
@@ -150,6 +150,11 @@ func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID s
 			}
 			return false, fmt.Errorf("spend windows of %s: the limits that apply to hold %s are not the ones opened under the lock", accountID, req.ID)
 		default:
+			if reserved, err := reservePools(ctx, q, accountID, []HoldRequest{req}, parts); err != nil {
+				return false, err
+			} else if !reserved {
+				return false, fmt.Errorf("the pools of %s moved under the lock: hold %s no longer fits", accountID, req.ID)
+			}
 			out = HoldAuthorised{Hold: holdFromInserted(r), Created: true}
 			return true, nil
 		}
@@ -159,16 +164,12 @@ func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID s
 
 // holdsInsertParams are HoldsInsertGroup's arrays for the holds of one account, each hold paired with
 // the window of every limit of windows that applies to it (the statement checks that none is missing)
-// and with what its account's pools reserve of it (parts, in the order of reqs).
+// and with what its account's pools reserve of it (parts, in the order of reqs: reservePools reserves
+// that).
 func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindows, parts []holdParts) dbsqlc.HoldsInsertGroupParams {
 	arg := dbsqlc.HoldsInsertGroupParams{AccountID: accountID}
 	for i, r := range reqs {
 		arg.Pooled = append(arg.Pooled, parts[i].pooled)
-		for k, pool := range parts[i].pools {
-			arg.ResHoldIDs = append(arg.ResHoldIDs, r.ID)
-			arg.ResPoolIDs = append(arg.ResPoolIDs, pool)
-			arg.ResAmounts = append(arg.ResAmounts, parts[i].amounts[k])
-		}
 		arg.IDs = append(arg.IDs, r.ID)
 		arg.Amounts = append(arg.Amounts, r.Amount)
 		arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, r.ExpiresIn.Seconds())
@@ -183,6 +184,28 @@ func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindow
 		}
 	}
 	return arg
+}
+
+// reservePools reserves on the account's pools what its holds just inserted (reqs) draw on them (parts,
+// in the order of reqs), in one statement, and reports whether every pool had it. Nothing to do, and no
+// statement, when no hold draws on a pool.
+func reservePools(ctx context.Context, q *dbsqlc.Queries, accountID string, reqs []HoldRequest, parts []holdParts) (bool, error) {
+	arg := dbsqlc.HoldsReservePoolsParams{AccountID: accountID}
+	for i, r := range reqs {
+		for k, pool := range parts[i].pools {
+			arg.HoldIDs = append(arg.HoldIDs, r.ID)
+			arg.PoolIDs = append(arg.PoolIDs, pool)
+			arg.Amounts = append(arg.Amounts, parts[i].amounts[k])
+		}
+	}
+	if len(arg.HoldIDs) == 0 {
+		return true, nil
+	}
+	reserved, err := q.HoldsReservePools(ctx, arg)
+	if err != nil {
+		return false, fmt.Errorf("reserve %d holds of %s on its pools: %w", len(reqs), accountID, MapError(err))
+	}
+	return reserved, nil
 }
 
 func holdFromInserted(r dbsqlc.HoldsInsertGroupRow) Hold {
@@ -657,12 +680,15 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 
 // AuthoriseHoldGrouped is AuthoriseHold with group commit. Every authorisation on one account
 // serialises on that account's row, so one transaction each caps a hot account at one fsync'd commit per
-// hold. The Ledger gathers the concurrent authorisations of one account for a few milliseconds and
-// commits them in ONE transaction: the account row locked first, admission in arrival order against the
-// locked available balance, then one statement that inserts the admitted holds under holds_pkey and
-// reserves their sum. A stored id is answered before admission (a replay or a conflict is never admitted
-// again): the insert finds it taken and the group is planned again with its stored holds read first, and
-// a member refused for want of balance has its id read before the refusal is final.
+// hold; the authorisations of a tree's members serialise on the pools they draw on, the root's row
+// above all. The Ledger gathers the concurrent authorisations of one tree (keyed by its root: an account
+// without pools is its own root) for a few milliseconds and commits them in ONE transaction: the tree
+// locked first, roots first, then for each account in the group, admission in arrival order against
+// what its own row and its pools have left, and one statement that inserts the admitted holds under
+// holds_pkey and reserves them on every level. A stored id is answered before admission (a replay or a
+// conflict is never admitted again): the insert finds it taken and the group is planned again with its
+// stored holds read first, and a member refused for want of balance has its id read before the refusal
+// is final.
 //
 // To each caller, it is exactly AuthoriseHold: Created=false with the stored hold on a replay,
 // ErrDedupeConflict, ErrInsufficientBalance, ErrAccountNotFound; one member's refusal never fails the
@@ -670,12 +696,22 @@ func holdViolations(ctx context.Context, q *dbsqlc.Queries, grace time.Duration)
 // other failure is resolved by authorising its members one transaction each. It returns once the group
 // committed (or failed).
 func (l *Ledger) AuthoriseHoldGrouped(ctx context.Context, accountID string, req HoldRequest) (HoldAuthorised, error) {
-	return l.holds.do(ctx, accountID, req)
+	root, err := l.rootOf(ctx, accountID)
+	if err != nil {
+		return HoldAuthorised{}, err
+	}
+	return l.holds.do(ctx, root, accountHold{account: accountID, HoldRequest: req})
 }
 
-type authMember = groupMember[HoldRequest, HoldAuthorised]
+// accountHold is one authorisation waiting in its tree's group: the account and what it asks.
+type accountHold struct {
+	account string
+	HoldRequest
+}
 
-func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
+type authMember = groupMember[accountHold, HoldAuthorised]
+
+func (l *Ledger) commitHolds(root string, _ *struct{}, group []*authMember) {
 	ctx, cancel, span := groupContext(l.cfg.Tracing, "group_commit.holds", group)
 	defer cancel()
 	defer span.End()
@@ -685,7 +721,7 @@ func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
 			readIDs bool // the first attempt assumes every id is new, the common case
 		)
 		for range regroupAttempts {
-			err = l.authoriseGroup(ctx, account, group, readIDs)
+			err = l.authoriseGroup(ctx, group, readIDs)
 			if errors.Is(err, errRegroup) {
 				readIDs = true
 				continue
@@ -708,87 +744,52 @@ func (l *Ledger) commitHolds(account string, _ *struct{}, group []*authMember) {
 		}
 	}
 	for _, m := range group {
-		m.reply(authoriseHold(ctx, l.pool, PendingAuditOf(m.ctx), account, m.req))
+		m.reply(authoriseHold(ctx, l.pool, PendingAuditOf(m.ctx), m.req.account, m.req.HoldRequest))
 	}
 }
 
 // authoriseGroup runs one group in one transaction and, once it committed, answers every member.
 // With readIDs, the group's stored holds are read first, so that replays and conflicts are planned as
 // such; without, every id is assumed new and a taken one (HoldsInsertGroup returns no row for it) rolls
-// the group back with errRegroup. Skipping the read keeps the common case at four statements: the
-// account's lock, its spend windows opened, the insert with its reservations, then the records of the
-// requests whose holds it inserted (PendingAudit), in one statement.
-func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*authMember, readIDs bool) error {
+// the group back with errRegroup. Skipping the read keeps the common case of one account at five
+// statements: its pools read, the tree's lock, its spend windows opened, the insert with its
+// reservations, then the records of the requests whose holds it inserted (PendingAudit), in one
+// statement; each more account of the tree in the group adds its windows and its insert.
+func (l *Ledger) authoriseGroup(ctx context.Context, group []*authMember, readIDs bool) error {
 	var (
-		answers []groupAnswer[HoldAuthorised]
+		answers = make([]groupAnswer[HoldAuthorised], len(group))
 		audited []*PendingAudit
 	)
+	byAccount := map[string][]int{} // the group's members of each account, in arrival order
+	var accounts []string
+	for i, m := range group {
+		if _, ok := byAccount[m.req.account]; !ok {
+			accounts = append(accounts, m.req.account)
+		}
+		byAccount[m.req.account] = append(byAccount[m.req.account], i)
+	}
 	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
-		pools, rows, err := lockTree(ctx, q, []string{account})
+		pools, rows, err := lockTree(ctx, q, accounts)
 		if err != nil {
-			return fmt.Errorf("lock account %s: %w", account, err)
+			return fmt.Errorf("lock accounts %v: %w", accounts, err)
 		}
-		if _, ok := pools.parents[account]; !ok || len(rows) == 0 {
-			return errPostAlone
-		}
-		levels := newReserver(pools, rows, account)
-		windows, err := openWindows(ctx, q, account)
-		if err != nil {
-			return err
-		}
-		stored := map[string]Hold{}
-		if readIDs {
-			if stored, err = storedHolds(ctx, q, account, holdIDs(group, nil)); err != nil {
-				return err
+		for _, account := range accounts {
+			if _, ok := pools.parents[account]; !ok {
+				return errPostAlone
 			}
 		}
-		plan := planHolds(account, group, levels.total(), windows, stored)
-		if refused := plan.refused(); !readIDs && len(refused) > 0 {
-			// A refusal is final only for an id never held: a retried authorisation is a replay (or
-			// a conflict) however the balance moved since. Refused members claim nothing, so reading
-			// their ids and planning again changes nothing for the others but their duplicates.
-			if stored, err = storedHolds(ctx, q, account, holdIDs(group, refused)); err != nil {
+		room := roomOf(rows)
+		var effects []*PendingAudit
+		for _, account := range accounts {
+			sub := byAccount[account]
+			admitted, err := l.authoriseAccount(ctx, q, account, newReserver(pools, room, account), group, sub, answers, readIDs)
+			if err != nil {
 				return err
 			}
-			plan = planHolds(account, group, levels.total(), windows, stored)
-		}
-		answers = plan.answers
-		if len(plan.admit) == 0 {
-			return nil
-		}
-		admitted := make([]HoldRequest, len(plan.admit))
-		parts := make([]holdParts, len(plan.admit))
-		for k, i := range plan.admit {
-			admitted[k] = group[i].req
-			parts[k] = levels.reserve(group[i].req.Amount)
-		}
-		inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows, parts))
-		if err != nil {
-			return fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
-		}
-		if len(inserted) != len(plan.admit) {
-			return errRegroup
-		}
-		if !inserted[0].Reserved {
-			return fmt.Errorf("available balance of %s moved under the group's lock: %d held no longer fit", account, plan.total)
-		}
-		if !inserted[0].WithinLimits {
-			return fmt.Errorf("spend windows of %s moved under the group's lock: the admitted holds no longer fit", account)
-		}
-		byID := make(map[string]Hold, len(inserted))
-		for _, r := range inserted {
-			byID[r.ID] = holdFromInserted(r)
-		}
-		for _, i := range plan.admit {
-			answers[i].ans = HoldAuthorised{Hold: byID[group[i].req.ID], Created: true}
-		}
-		for i, first := range plan.duplicateOf {
-			answers[i] = settledHold(answers[first].ans.Hold, group[i].req, account)
-		}
-		effects := make([]*PendingAudit, len(plan.admit))
-		for k, i := range plan.admit {
-			effects[k] = PendingAuditOf(group[i].ctx)
+			for _, i := range admitted {
+				effects = append(effects, PendingAuditOf(group[i].ctx))
+			}
 		}
 		audited, err = recordEffects(ctx, tx, effects...)
 		return err
@@ -804,6 +805,80 @@ func (l *Ledger) authoriseGroup(ctx context.Context, account string, group []*au
 		m.reply(answers[i].ans, answers[i].err)
 	}
 	return nil
+}
+
+// authoriseAccount plans and inserts, in the group's transaction, the holds of one account of the group
+// (its members sub, indexes into group), reserving through levels, and sets their answers. Returns the
+// members whose holds it inserted.
+func (l *Ledger) authoriseAccount(ctx context.Context, q *dbsqlc.Queries, account string, levels reserver,
+	group []*authMember, sub []int, answers []groupAnswer[HoldAuthorised], readIDs bool) ([]int, error) {
+	members := make([]*authMember, len(sub))
+	for k, i := range sub {
+		members[k] = group[i]
+	}
+	windows, err := openWindows(ctx, q, account)
+	if err != nil {
+		return nil, err
+	}
+	stored := map[string]Hold{}
+	if readIDs {
+		if stored, err = storedHolds(ctx, q, account, holdIDs(members, nil)); err != nil {
+			return nil, err
+		}
+	}
+	plan := planHolds(account, members, levels.total(), windows, stored)
+	if refused := plan.refused(); !readIDs && len(refused) > 0 {
+		// A refusal is final only for an id never held: a retried authorisation is a replay (or
+		// a conflict) however the balance moved since. Refused members claim nothing, so reading
+		// their ids and planning again changes nothing for the others but their duplicates.
+		if stored, err = storedHolds(ctx, q, account, holdIDs(members, refused)); err != nil {
+			return nil, err
+		}
+		plan = planHolds(account, members, levels.total(), windows, stored)
+	}
+	for k, i := range sub {
+		answers[i] = plan.answers[k]
+	}
+	if len(plan.admit) == 0 {
+		return nil, nil
+	}
+	admitted := make([]HoldRequest, len(plan.admit))
+	parts := make([]holdParts, len(plan.admit))
+	for k, i := range plan.admit {
+		admitted[k] = members[i].req.HoldRequest
+		parts[k] = levels.reserve(admitted[k].Amount)
+	}
+	inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows, parts))
+	if err != nil {
+		return nil, fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
+	}
+	if len(inserted) != len(plan.admit) {
+		return nil, errRegroup
+	}
+	if !inserted[0].Reserved {
+		return nil, fmt.Errorf("available balance of %s or its pools moved under the group's lock: %d held no longer fit", account, plan.total)
+	}
+	if !inserted[0].WithinLimits {
+		return nil, fmt.Errorf("spend windows of %s moved under the group's lock: the admitted holds no longer fit", account)
+	}
+	if reserved, err := reservePools(ctx, q, account, admitted, parts); err != nil {
+		return nil, err
+	} else if !reserved {
+		return nil, fmt.Errorf("the pools of %s moved under the group's lock: the admitted holds no longer fit", account)
+	}
+	byID := make(map[string]Hold, len(inserted))
+	for _, r := range inserted {
+		byID[r.ID] = holdFromInserted(r)
+	}
+	out := make([]int, len(plan.admit))
+	for k, i := range plan.admit {
+		answers[sub[i]].ans = HoldAuthorised{Hold: byID[members[i].req.ID], Created: true}
+		out[k] = sub[i]
+	}
+	for i, first := range plan.duplicateOf {
+		answers[sub[i]] = settledHold(answers[sub[first]].ans.Hold, members[i].req.HoldRequest, account)
+	}
+	return out, nil
 }
 
 // holdsPlan is what one group of authorisations will do, decided in arrival order against the
@@ -827,7 +902,7 @@ func planHolds(account string, group []*authMember, available int64, windows spe
 	for i, m := range group {
 		r := m.req
 		if prior, ok := stored[r.ID]; ok {
-			plan.answers[i] = settledHold(prior, r, account)
+			plan.answers[i] = settledHold(prior, r.HoldRequest, account)
 			continue
 		}
 		if first, ok := claimed[r.ID]; ok {
@@ -838,11 +913,11 @@ func planHolds(account string, group []*authMember, available int64, windows spe
 			plan.answers[i].err = fmt.Errorf("hold %d on %s: %w", r.Amount, account, ErrInsufficientBalance)
 			continue
 		}
-		if err := windows.refusal(r, taken); err != nil {
+		if err := windows.refusal(r.HoldRequest, taken); err != nil {
 			plan.answers[i].err = err
 			continue
 		}
-		windows.take(r, taken)
+		windows.take(r.HoldRequest, taken)
 		plan.total += r.Amount
 		claimed[r.ID] = i
 		plan.admit = append(plan.admit, i)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -140,7 +141,8 @@ type Ledger struct {
 	payCheckout   func(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error)
 
 	postings  *groupQueue[Posting, Posted, lastBalance]
-	holds     *groupQueue[HoldRequest, HoldAuthorised, struct{}]
+	holds     *groupQueue[accountHold, HoldAuthorised, struct{}]     // keyed by the tree's root
+	roots     sync.Map                                               // account → the root of its tree (rootOf)
 	checkouts *groupQueue[CheckoutPayment, checkoutAnswer, struct{}] // nil: not grouped
 	// checkoutLockTimeout bounds each lock wait of a group of Checkout Sessions.
 	checkoutLockTimeout time.Duration

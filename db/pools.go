@@ -62,24 +62,51 @@ func lockTree(ctx context.Context, q *dbsqlc.Queries, ids []string) (poolsOf, []
 	return pools, rows, err
 }
 
+// rootOf is the root of account's tree, the key its grouped authorisations gather under: read once per
+// account and kept, since an account's parent is set at its creation and never changes
+// (accounts_parent_immutable). An account that does not exist is its own key, and is not kept.
+func (l *Ledger) rootOf(ctx context.Context, account string) (string, error) {
+	if root, ok := l.roots.Load(account); ok {
+		return root.(string), nil
+	}
+	pools, err := readPools(ctx, dbsqlc.New(l.pool), []string{account})
+	if err != nil {
+		return "", err
+	}
+	if _, ok := pools.parents[account]; !ok {
+		return account, nil
+	}
+	root := account
+	for pools.parents[root] != "" {
+		root = pools.parents[root]
+	}
+	l.roots.Store(account, root)
+	return root, nil
+}
+
 // reserver plans what the levels of one account's tree reserve for its holds, in order: the account's
 // own available first, then its parent's, then its grandparent's (SPEC §18). HoldsInsertGroup checks
 // the plan on the locked rows.
 type reserver struct {
-	levels []string // the account, then its pools, nearest first
-	room   []int64  // what each level has left to reserve (never below 0)
+	levels []string         // the account, then its pools, nearest first
+	room   map[string]int64 // what each account has left to reserve (never below 0)
 }
 
-// newReserver starts from the accounts as locked (rows), the account's tree read into pools.
-func newReserver(pools poolsOf, rows []dbsqlc.AccountsLockRow, account string) reserver {
-	available := make(map[string]int64, len(rows))
+// roomOf is what each locked account has available to reserve (never below 0), shared by the
+// reservers of one transaction's accounts: a pool's room taken for one member is gone for the next.
+func roomOf(rows []dbsqlc.AccountsLockRow) map[string]int64 {
+	room := make(map[string]int64, len(rows))
 	for _, r := range rows {
-		available[r.ID] = max(r.Balance-r.Held, 0)
+		room[r.ID] = max(r.Balance-r.Held, 0)
 	}
-	var r reserver
+	return room
+}
+
+// newReserver reserves for account through room, its tree read into pools.
+func newReserver(pools poolsOf, room map[string]int64, account string) reserver {
+	r := reserver{room: room}
 	for id := account; id != "" && len(r.levels) <= maxDepth; id = pools.parents[id] {
 		r.levels = append(r.levels, id)
-		r.room = append(r.room, available[id])
 	}
 	return r
 }
@@ -87,8 +114,8 @@ func newReserver(pools poolsOf, rows []dbsqlc.AccountsLockRow, account string) r
 // total is what the levels can still reserve together.
 func (r reserver) total() int64 {
 	var sum int64
-	for _, room := range r.room {
-		sum += room
+	for _, id := range r.levels {
+		sum += r.room[id]
 	}
 	return sum
 }
@@ -109,13 +136,13 @@ func (r *reserver) reserve(amount int64) holdParts {
 		return parts
 	}
 	left := amount
-	for i := range r.levels {
-		take := min(left, r.room[i])
-		r.room[i] -= take
+	for i, id := range r.levels {
+		take := min(left, r.room[id])
+		r.room[id] -= take
 		left -= take
 		if i > 0 && take > 0 {
 			parts.pooled += take
-			parts.pools = append(parts.pools, r.levels[i])
+			parts.pools = append(parts.pools, id)
 			parts.amounts = append(parts.amounts, take)
 		}
 	}

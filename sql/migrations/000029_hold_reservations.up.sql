@@ -33,13 +33,13 @@ CREATE TABLE hold_reservations (
 );
 
 COMMENT ON TABLE hold_reservations IS
-    'What a pool reserved for a hold on one of its members (SPEC §18), written with the hold in '
-    'HoldsInsertGroup and never changed or deleted (hold_reservations_append_only): whether it still '
+    'What a pool reserved for a hold on one of its members (SPEC §18), written with the hold by '
+    'HoldsReservePools and never changed or deleted (hold_reservations_append_only): whether it still '
     'counts in the pool''s held is the hold''s status. Keyed by the hold''s account, as holds are.';
 COMMENT ON COLUMN hold_reservations.account_id IS 'The hold''s account: the member.';
 COMMENT ON COLUMN hold_reservations.hold_id IS 'The hold, of account_id, that the pool reserved for.';
 COMMENT ON COLUMN hold_reservations.pool_id IS
-    'The pool that reserved: the member''s parent or grandparent (checked by HoldsInsertGroup under the '
+    'The pool that reserved: the member''s parent or grandparent (checked by HoldsReservePools under the '
     'tree''s locks, and by `onceledger verify`).';
 COMMENT ON COLUMN hold_reservations.amount IS 'What the pool reserved, counted in its accounts.held while the hold is held.';
 COMMENT ON CONSTRAINT hold_reservations_pkey ON hold_reservations IS

@@ -18,11 +18,10 @@ WHERE account_id = @account_id
 -- AccountsLock first, with its pools (roots first), and its current windows opened by SpendWindowsOpen,
 -- so the holds were admitted against its current rows, and each hold comes with the windows of the
 -- limits that apply to it (the pair_ arrays: a hold's id, a limit and that limit's current window) and
--- with what its account's pools reserve of it (pooled, and the res_ arrays: a hold's id, a pool and what
--- that pool reserves; SPEC §18); the statement keeps every condition all the same, and says whether each
--- held: reserved, every level that reserves has the available (balance - held) for its part (the account
--- amount - pooled of each hold, each pool its reservations), each hold's reservations sum to its pooled
--- and are on its account's parent or grandparent; within_limits, every limit that applies to a hold
+-- with what its account's pools reserve of it (pooled: HoldsReservePools reserves that, next, SPEC §18);
+-- the statement keeps every condition all the same, and says whether each held: reserved, the available
+-- balance (balance - held) covers what the account reserves itself (the sum of amount - pooled);
+-- within_limits, every limit that applies to a hold
 -- (scope account, or its subject or feature) is among its pairs, and every window took its holds' sum, a
 -- hard limit's only while spent + held + sum <= its cap. Each hold records its pairs (limit_ids,
 -- window_starts). A false flag means the plan was wrong
@@ -30,8 +29,7 @@ WHERE account_id = @account_id
 -- limit's window reaching its cap records reached_at (limit.reached, once per window). holds_pkey still
 -- holds: an id inserted before (a replay) or meanwhile by another transaction returns no row for it, and
 -- the caller rolls back and plans the group again with the stored ids read first. Every table is read
--- and written through the account's id (and its pools' ids in accounts), so that on Citus the statement
--- runs on the account's shard, and on its pools' for a hold that reserves on them.
+-- and written through the account's id, so that on Citus the statement runs on the account's shard.
 WITH batch AS (
     -- Set-returning functions in one select list run in lockstep: the arrays zipped.
     SELECT unnest(@ids::text[]) AS id, unnest(@amounts::bigint[]) AS amount,
@@ -83,57 +81,74 @@ WITH batch AS (
       AND w.window_start = p.window_start
       AND (p.mode = 'soft' OR w.spent + w.held + p.amount <= p.cap)
     RETURNING w.limit_id
-), reservations AS (
+), own AS (
+    -- What the account reserves itself: what its pools do not (SPEC §18).
+    SELECT sum(amount - pooled) AS amount FROM inserted
+), reserved AS (
+    UPDATE accounts
+    SET held = held + (SELECT amount FROM own)
+    WHERE id = @account_id::text
+      AND ((SELECT amount FROM own) = 0 OR balance - held >= (SELECT amount FROM own))
+    RETURNING id
+)
+SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
+       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
+       inserted.feature, inserted.limit_ids, inserted.window_starts, inserted.pooled,
+       EXISTS (SELECT 1 FROM reserved)::boolean AS reserved,
+       (NOT EXISTS (SELECT 1 FROM missed)
+        AND (SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
+FROM inserted;
+
+-- name: HoldsReservePools :one
+-- Reserves on its pools what each of the holds HoldsInsertGroup just inserted for the account draws on
+-- them (SPEC §18), in the same transaction, the arrays read in lockstep (a hold's id, a pool, what that
+-- pool reserves of it), and says whether it held: reserved, every pool has the available (balance - held)
+-- for what it reserves, the reservations of each hold sum to its pooled, and each pool is the account's
+-- parent or grandparent (which never change). The tree is locked roots first (AccountsLock) before
+-- anything is written. Run only for holds that draw on a pool: the authorisations of an account whose own
+-- available covers them stay one statement on its shard.
+WITH planned AS (
+    SELECT unnest(@hold_ids::text[]) AS hold_id, unnest(@pool_ids::text[]) AS pool_id,
+           unnest(@amounts::bigint[]) AS amount
+), inserted AS (
     INSERT INTO hold_reservations (account_id, hold_id, pool_id, amount)
-    SELECT @account_id::text, r.hold_id, r.pool_id, r.amount
-    FROM (
-        SELECT unnest(@res_hold_ids::text[]) AS hold_id, unnest(@res_pool_ids::text[]) AS pool_id,
-               unnest(@res_amounts::bigint[]) AS amount
-    ) r
-    JOIN inserted i ON i.id = r.hold_id
+    SELECT @account_id::text, p.hold_id, p.pool_id, p.amount
+    FROM planned p
     RETURNING hold_id, pool_id, amount
 ), levels AS (
-    -- What each level reserves: the account what its pools do not, each pool its reservations.
-    SELECT @account_id::text AS id, sum(i.amount - i.pooled) AS amount
-    FROM inserted i
-    HAVING sum(i.amount - i.pooled) > 0
-    UNION ALL
-    SELECT r.pool_id, sum(r.amount)
-    FROM reservations r
-    GROUP BY r.pool_id
+    SELECT p.pool_id, sum(p.amount) AS amount
+    FROM planned p
+    GROUP BY p.pool_id
 ), reserved AS (
     UPDATE accounts a
     SET held = a.held + l.amount
     FROM levels l
-    WHERE a.id = l.id
+    WHERE a.id = l.pool_id
       AND a.balance - a.held >= l.amount
     RETURNING a.id
 ), misplanned AS (
-    -- A hold whose reservations do not sum to its pooled, or a reservation on an account that is not a
-    -- pool of the hold's account (its parent or grandparent, which never change).
+    -- A hold of the account whose reservations do not sum to its pooled.
     SELECT 1
-    FROM inserted i
-    LEFT JOIN (SELECT r.hold_id, sum(r.amount) AS amount FROM reservations r GROUP BY r.hold_id) r ON r.hold_id = i.id
-    WHERE i.pooled <> coalesce(r.amount, 0)
+    FROM holds h
+    LEFT JOIN (SELECT p.hold_id, sum(p.amount) AS amount FROM planned p GROUP BY p.hold_id) p ON p.hold_id = h.id
+    WHERE h.account_id = @account_id::text
+      AND h.id IN (SELECT p.hold_id FROM planned p)
+      AND h.pooled <> coalesce(p.amount, 0)
     UNION ALL
+    -- A reservation on an account that is not a pool of the account: the parents of the account and of
+    -- its parent, two single-row reads (router queries on Citus).
     SELECT 1
-    FROM reservations r
-    WHERE r.pool_id NOT IN (
-        -- The parents of the account and of its parent: two single-row reads (router queries on Citus).
+    FROM planned p
+    WHERE p.pool_id NOT IN (
         SELECT a.parent_id
         FROM accounts a
         WHERE a.id IN (@account_id::text, (SELECT m.parent_id FROM accounts m WHERE m.id = @account_id::text))
           AND a.parent_id IS NOT NULL
     )
 )
-SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
-       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
-       inserted.feature, inserted.limit_ids, inserted.window_starts, inserted.pooled,
-       ((SELECT count(*) FROM reserved) = (SELECT count(*) FROM levels)
-        AND NOT EXISTS (SELECT 1 FROM misplanned))::boolean AS reserved,
-       (NOT EXISTS (SELECT 1 FROM missed)
-        AND (SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
-FROM inserted;
+SELECT ((SELECT count(*) FROM inserted) = (SELECT count(*) FROM planned)
+        AND (SELECT count(*) FROM reserved) = (SELECT count(*) FROM levels)
+        AND NOT EXISTS (SELECT 1 FROM misplanned))::boolean AS reserved;
 
 -- name: HoldsGet :one
 -- Returns no row when the account has no hold with this id.
