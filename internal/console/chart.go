@@ -85,3 +85,43 @@ func balanceChart(timeline []db.TimelineEntry) chart {
 	c.StartLabel, c.EndLabel = when(oldest.CreatedAt), when(newest.CreatedAt)
 	return c
 }
+
+// burnChart draws a pool's burn this month (SPEC §18): one bar per member, what it spent of its own
+// then what it drew from the pool, all to the scale of the member that burned most.
+func burnChart(members []db.Member) burn {
+	b := burn{Width: chartWidth, Left: padLeft, Right: chartWidth - padRight}
+	var most int64
+	for _, m := range members {
+		most = max(most, m.SpentOwn+m.DrawnFromPool)
+	}
+	if most == 0 {
+		return b
+	}
+	scale := (b.Right - b.Left) / float64(most)
+	for i, m := range members {
+		bar := burnBar{ID: m.ID, Y: float64(padTop + i*burnRow), X: b.Left, OwnWidth: float64(m.SpentOwn) * scale,
+			PoolWidth: float64(m.DrawnFromPool) * scale,
+			Title:     fmt.Sprintf("%s: %s of its own, %s from this pool", m.ID, groupDigits(m.SpentOwn), groupDigits(m.DrawnFromPool))}
+		bar.PoolX = bar.X + bar.OwnWidth
+		b.Bars = append(b.Bars, bar)
+	}
+	b.Height = padTop + len(members)*burnRow + padBottom
+	return b
+}
+
+// burnRow is the height of one member's bar and the gap below it.
+const burnRow = 22
+
+// burn is what the account template draws of a pool's members; no bars when none spent this month.
+type burn struct {
+	Width, Height int
+	Left, Right   float64
+	Bars          []burnBar
+}
+
+// burnBar is one member's: its own spending from X, then what the pool paid from PoolX.
+type burnBar struct {
+	ID                               string
+	X, Y, OwnWidth, PoolX, PoolWidth float64
+	Title                            string
+}

@@ -45,13 +45,23 @@ func TestConsoleAccountShowsPoolAndMembers(t *testing.T) {
 	s.call(http.MethodPut, "/v1/accounts/org", `{"currency":"usd"}`, "")
 	s.call(http.MethodPut, "/v1/accounts/alice", `{"currency":"usd","parent_id":"org"}`, "")
 	s.call(http.MethodPost, "/v1/accounts/alice/adjustments", `{"amount":1000}`, "opening")
+	s.call(http.MethodPost, "/v1/accounts/org/adjustments", `{"amount":2000}`, "funding")
+	// A hold past alice's own 1,000, captured: 1,000 of her own, 500 from the pool.
+	s.call(http.MethodPost, "/v1/accounts/alice/holds", `{"id":"h1","amount":1500}`, "")
+	s.call(http.MethodPost, "/v1/accounts/alice/holds/h1/capture", `{}`, "")
 
 	c := s.loggedIn()
 	_, page := c.page("/console/accounts/org")
 	_, members, _ := strings.Cut(page, `<table id="members">`)
 	members, _, _ = strings.Cut(members, "</table>")
-	if !strings.Contains(members, `<a href="/console/accounts/alice">alice</a></td><td class="r">1,000</td>`) {
+	if !strings.Contains(members, `<a href="/console/accounts/alice">alice</a></td><td class="r">0</td>`) ||
+		!strings.Contains(members, `<td class="r">1,000</td><td class="r">500</td></tr>`) {
 		t.Fatalf("org's members:\n%s", members)
+	}
+	_, burn, _ := strings.Cut(page, `<svg class="chart" id="burn-chart"`)
+	burn, _, _ = strings.Cut(burn, "</svg>")
+	if strings.Count(burn, "<title>alice: 1,000 of its own, 500 from this pool</title>") != 2 {
+		t.Fatalf("org's burn chart:\n%s", burn)
 	}
 	_, alice := c.page("/console/accounts/alice")
 	if !strings.Contains(alice, `Draws on <a class="mono" href="/console/accounts/org">org</a>`) {

@@ -379,6 +379,8 @@ type accountPage struct {
 	// Members: the accounts that draw on this one (its pool is Account.ParentID), with this month's
 	// spending, their own and drawn from this pool.
 	Members []db.Member
+	// Burn draws the members' spending this month, their own and drawn from this pool.
+	Burn burn
 	// Automation: the saved card, auto-recharge and alert settings; RechargeStatus: why recharge is
 	// (not) charging now, and its budget window.
 	Automation     db.Automation
@@ -419,6 +421,7 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) error {
 	if p.Members, err = db.Members(ctx, c.Pool, acct.ID); err != nil {
 		return err
 	}
+	p.Burn = burnChart(p.Members)
 	if p.Automation, err = db.GetAutomation(ctx, c.Pool, acct.ID); err != nil {
 		return err
 	}
