@@ -392,3 +392,88 @@ func TestDifferentialBillingAndExpiry(t *testing.T) {
 		})
 	}
 }
+
+// Grouped authorisations of a tree's members (SPEC §18): a random workload of holds on an
+// organisation, its teams and their members (some past what a member, its team or the whole tree has,
+// replays, ids reused with another amount, an account that does not exist), in groups of random sizes
+// mixing the tree's accounts, gives what each gives authorised in a transaction of its own, in the same
+// order: the same answers, the same holds with what each level reserved, the same held on every account.
+func TestDifferentialHoldGroupsOfATree(t *testing.T) {
+	t.Parallel()
+	tree := [][3]string{{"org", "", "900"}, {"team_a", "org", "200"}, {"team_b", "org", "0"},
+		{"m1", "team_a", "60"}, {"m2", "team_a", "0"}, {"m3", "team_b", "40"}}
+	accounts := []string{"org", "team_a", "team_b", "m1", "m2", "m3", "m3", "m2", "m1", "acct_missing"}
+	for seed := range uint64(differentialSeeds) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 0x4a11))
+			var on []string
+			var reqs []db.HoldRequest
+			for i := range 120 {
+				account, req := accounts[rng.IntN(len(accounts))], db.HoldRequest{ID: fmt.Sprintf("h%d", i), Amount: 1 + rng.Int64N(90), ExpiresIn: time.Hour}
+				switch r := rng.IntN(10); {
+				case r == 0 && len(reqs) > 0: // an exact replay
+					k := rng.IntN(len(reqs))
+					account, req = on[k], reqs[k]
+				case r == 1 && len(reqs) > 0: // the id reused with another amount
+					k := rng.IntN(len(reqs))
+					account, req = on[k], reqs[k]
+					req.Amount++
+				}
+				on, reqs = append(on, account), append(reqs, req)
+			}
+
+			general, fast := dbtest.New(t), dbtest.New(t)
+			createTree(t, dbtest.Ledger(t, general), tree...)
+			createTree(t, dbtest.Ledger(t, fast), tree...)
+			ctx := context.Background()
+			want := make([]string, len(reqs))
+			for i := range reqs {
+				out, err := db.AuthoriseHold(ctx, general, on[i], reqs[i])
+				want[i] = holdAnswer(out, err)
+			}
+			l := dbtest.Ledger(t, fast)
+			for start := 0; start < len(reqs); {
+				n := min(len(reqs)-start, 1+rng.IntN(16))
+				outs, errs := db.AuthoriseAsOneGroup(ctx, l, on[start:start+n], reqs[start:start+n])
+				for k := range outs {
+					if got := holdAnswer(outs[k], errs[k]); got != want[start+k] {
+						t.Fatalf("authorisation %d (%s %+v):\n general: %s\n    fast: %s", start+k, on[start+k], reqs[start+k], want[start+k], got)
+					}
+				}
+				start += n
+			}
+			dbtest.SameLedgers(t, dbtest.LedgerState(t, general), dbtest.LedgerState(t, fast))
+			for _, q := range []string{
+				`SELECT coalesce(string_agg(account_id || ':' || id || ':' || amount || ':' || pooled, ' ' ORDER BY account_id, id), '') FROM holds`,
+				`SELECT coalesce(string_agg(account_id || ':' || hold_id || ':' || pool_id || ':' || amount, ' ' ORDER BY account_id, hold_id, pool_id), '') FROM hold_reservations`,
+			} {
+				var g, f string
+				if err := general.QueryRow(ctx, q).Scan(&g); err != nil {
+					t.Fatal(err)
+				}
+				if err := fast.QueryRow(ctx, q).Scan(&f); err != nil {
+					t.Fatal(err)
+				}
+				if g != f {
+					t.Fatalf("%s\n general: %s\n    fast: %s", q, g, f)
+				}
+			}
+			verifyClean(t, fast)
+		})
+	}
+}
+
+// holdAnswer is what an authorisation's caller was told, in a form two paths can compare.
+func holdAnswer(out db.HoldAuthorised, err error) string {
+	for _, s := range []error{db.ErrDedupeConflict, db.ErrInsufficientBalance, db.ErrAccountNotFound, db.ErrLimitExceeded} {
+		if errors.Is(err, s) {
+			return "refused: " + s.Error()
+		}
+	}
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	h := out.Hold
+	return fmt.Sprintf("created=%t %s %s %d pooled=%d %s", out.Created, h.AccountID, h.ID, h.Amount, h.Pooled, h.Status)
+}

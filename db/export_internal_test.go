@@ -128,3 +128,20 @@ func PayInGroups(l *Ledger, groups [][]CheckoutPayment) ([]CheckoutPaid, []Poste
 	}
 	return paid, outs, errs
 }
+
+// AuthoriseAsOneGroup runs the authorisations (accounts[i], reqs[i]) as one of l's groups of a tree's
+// authorisations, in that arrival order: each caller's answer in order.
+func AuthoriseAsOneGroup(ctx context.Context, l *Ledger, accounts []string, reqs []HoldRequest) ([]HoldAuthorised, []error) {
+	group := make([]*authMember, len(reqs))
+	for i, r := range reqs {
+		group[i] = &authMember{req: accountHold{account: accounts[i], HoldRequest: r}, ctx: ctx, answer: make(chan groupAnswer[HoldAuthorised], 1)}
+	}
+	l.commitHolds("", nil, group)
+	outs := make([]HoldAuthorised, len(group))
+	errs := make([]error, len(group))
+	for i, m := range group {
+		a := <-m.answer
+		outs[i], errs[i] = a.ans, a.err
+	}
+	return outs, errs
+}

@@ -754,19 +754,20 @@ func (l *Ledger) commitHolds(root string, _ *struct{}, group []*authMember) {
 // the group back with errRegroup. Skipping the read keeps the common case of one account at five
 // statements: its pools read, the tree's lock, its spend windows opened, the insert with its
 // reservations, then the records of the requests whose holds it inserted (PendingAudit), in one
-// statement; each more account of the tree in the group adds its windows and its insert.
+// statement; each more account of the tree in the group adds its windows and its insert, and each
+// account whose holds draw on its pools the pools' reservations.
 func (l *Ledger) authoriseGroup(ctx context.Context, group []*authMember, readIDs bool) error {
 	var (
-		answers = make([]groupAnswer[HoldAuthorised], len(group))
+		answers []groupAnswer[HoldAuthorised]
 		audited []*PendingAudit
 	)
-	byAccount := map[string][]int{} // the group's members of each account, in arrival order
-	var accounts []string
-	for i, m := range group {
-		if _, ok := byAccount[m.req.account]; !ok {
+	var accounts []string // the group's accounts, in order of first arrival
+	seen := map[string]bool{}
+	for _, m := range group {
+		if !seen[m.req.account] {
+			seen[m.req.account] = true
 			accounts = append(accounts, m.req.account)
 		}
-		byAccount[m.req.account] = append(byAccount[m.req.account], i)
 	}
 	err := InTx(ctx, l.pool, func(tx Tx) error {
 		q := dbsqlc.New(tx)
@@ -774,22 +775,46 @@ func (l *Ledger) authoriseGroup(ctx context.Context, group []*authMember, readID
 		if err != nil {
 			return fmt.Errorf("lock accounts %v: %w", accounts, err)
 		}
+		byAccount := make(map[string]*accountHolds, len(accounts))
 		for _, account := range accounts {
 			if _, ok := pools.parents[account]; !ok {
 				return errPostAlone
 			}
-		}
-		room := roomOf(rows)
-		var effects []*PendingAudit
-		for _, account := range accounts {
-			sub := byAccount[account]
-			admitted, err := l.authoriseAccount(ctx, q, account, newReserver(pools, room, account), group, sub, answers, readIDs)
-			if err != nil {
+			a := &accountHolds{stored: map[string]Hold{}}
+			if a.windows, err = openWindows(ctx, q, account); err != nil {
 				return err
 			}
-			for _, i := range admitted {
-				effects = append(effects, PendingAuditOf(group[i].ctx))
+			if readIDs {
+				if a.stored, err = storedHolds(ctx, q, account, holdIDs(group, nil, account)); err != nil {
+					return err
+				}
 			}
+			byAccount[account] = a
+		}
+		plan := planHolds(group, pools, roomOf(rows), byAccount)
+		if refused := plan.refused(); !readIDs && len(refused) > 0 {
+			// A refusal is final only for an id never held: a retried authorisation is a replay (or
+			// a conflict) however the balance moved since. Refused members claim nothing, so reading
+			// their ids and planning again changes nothing for the others but their duplicates.
+			for _, account := range accounts {
+				if byAccount[account].stored, err = storedHolds(ctx, q, account, holdIDs(group, refused, account)); err != nil {
+					return err
+				}
+			}
+			plan = planHolds(group, pools, roomOf(rows), byAccount)
+		}
+		answers = plan.answers
+		for _, account := range accounts {
+			if err := l.insertAdmitted(ctx, q, account, byAccount[account].windows, group, plan); err != nil {
+				return err
+			}
+		}
+		for i, first := range plan.duplicateOf {
+			answers[i] = settledHold(answers[first].ans.Hold, group[i].req.HoldRequest, group[i].req.account)
+		}
+		effects := make([]*PendingAudit, len(plan.admit))
+		for k, i := range plan.admit {
+			effects[k] = PendingAuditOf(group[i].ctx)
 		}
 		audited, err = recordEffects(ctx, tx, effects...)
 		return err
@@ -807,119 +832,105 @@ func (l *Ledger) authoriseGroup(ctx context.Context, group []*authMember, readID
 	return nil
 }
 
-// authoriseAccount plans and inserts, in the group's transaction, the holds of one account of the group
-// (its members sub, indexes into group), reserving through levels, and sets their answers. Returns the
-// members whose holds it inserted.
-func (l *Ledger) authoriseAccount(ctx context.Context, q *dbsqlc.Queries, account string, levels reserver,
-	group []*authMember, sub []int, answers []groupAnswer[HoldAuthorised], readIDs bool) ([]int, error) {
-	members := make([]*authMember, len(sub))
-	for k, i := range sub {
-		members[k] = group[i]
-	}
-	windows, err := openWindows(ctx, q, account)
-	if err != nil {
-		return nil, err
-	}
-	stored := map[string]Hold{}
-	if readIDs {
-		if stored, err = storedHolds(ctx, q, account, holdIDs(members, nil)); err != nil {
-			return nil, err
+// insertAdmitted inserts, in the group's transaction, the holds plan admitted on account, with their
+// reservations on its pools, and sets their answers. Every condition is checked again by the
+// statements on the locked rows: a false flag means the plan was wrong, and the group rolls back.
+func (l *Ledger) insertAdmitted(ctx context.Context, q *dbsqlc.Queries, account string, windows spendWindows, group []*authMember, plan holdsPlan) error {
+	var (
+		members  []int
+		admitted []HoldRequest
+		parts    []holdParts
+	)
+	for _, i := range plan.admit {
+		if group[i].req.account == account {
+			members = append(members, i)
+			admitted = append(admitted, group[i].req.HoldRequest)
+			parts = append(parts, plan.parts[i])
 		}
 	}
-	plan := planHolds(account, members, levels.total(), windows, stored)
-	if refused := plan.refused(); !readIDs && len(refused) > 0 {
-		// A refusal is final only for an id never held: a retried authorisation is a replay (or
-		// a conflict) however the balance moved since. Refused members claim nothing, so reading
-		// their ids and planning again changes nothing for the others but their duplicates.
-		if stored, err = storedHolds(ctx, q, account, holdIDs(members, refused)); err != nil {
-			return nil, err
-		}
-		plan = planHolds(account, members, levels.total(), windows, stored)
-	}
-	for k, i := range sub {
-		answers[i] = plan.answers[k]
-	}
-	if len(plan.admit) == 0 {
-		return nil, nil
-	}
-	admitted := make([]HoldRequest, len(plan.admit))
-	parts := make([]holdParts, len(plan.admit))
-	for k, i := range plan.admit {
-		admitted[k] = members[i].req.HoldRequest
-		parts[k] = levels.reserve(admitted[k].Amount)
+	if len(members) == 0 {
+		return nil
 	}
 	inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows, parts))
 	if err != nil {
-		return nil, fmt.Errorf("insert %d holds of %s: %w", len(plan.admit), account, err)
+		return fmt.Errorf("insert %d holds of %s: %w", len(members), account, err)
 	}
-	if len(inserted) != len(plan.admit) {
-		return nil, errRegroup
+	if len(inserted) != len(members) {
+		return errRegroup
 	}
 	if !inserted[0].Reserved {
-		return nil, fmt.Errorf("available balance of %s or its pools moved under the group's lock: %d held no longer fit", account, plan.total)
+		return fmt.Errorf("available balance of %s moved under the group's lock: the admitted holds no longer fit", account)
 	}
 	if !inserted[0].WithinLimits {
-		return nil, fmt.Errorf("spend windows of %s moved under the group's lock: the admitted holds no longer fit", account)
+		return fmt.Errorf("spend windows of %s moved under the group's lock: the admitted holds no longer fit", account)
 	}
 	if reserved, err := reservePools(ctx, q, account, admitted, parts); err != nil {
-		return nil, err
+		return err
 	} else if !reserved {
-		return nil, fmt.Errorf("the pools of %s moved under the group's lock: the admitted holds no longer fit", account)
+		return fmt.Errorf("the pools of %s moved under the group's lock: the admitted holds no longer fit", account)
 	}
 	byID := make(map[string]Hold, len(inserted))
 	for _, r := range inserted {
 		byID[r.ID] = holdFromInserted(r)
 	}
-	out := make([]int, len(plan.admit))
-	for k, i := range plan.admit {
-		answers[sub[i]].ans = HoldAuthorised{Hold: byID[members[i].req.ID], Created: true}
-		out[k] = sub[i]
+	for _, i := range members {
+		plan.answers[i].ans = HoldAuthorised{Hold: byID[group[i].req.ID], Created: true}
 	}
-	for i, first := range plan.duplicateOf {
-		answers[sub[i]] = settledHold(answers[sub[first]].ans.Hold, members[i].req.HoldRequest, account)
-	}
-	return out, nil
+	return nil
+}
+
+// accountHolds is what the group's plan knows of one of its accounts: its current spend windows and
+// its stored holds among the group's ids (read only when the group is planned again).
+type accountHolds struct {
+	windows spendWindows
+	stored  map[string]Hold
 }
 
 // holdsPlan is what one group of authorisations will do, decided in arrival order against the
-// locked available balance and spend windows.
+// locked available balances and spend windows.
 type holdsPlan struct {
 	answers     []groupAnswer[HoldAuthorised] // final for members neither admitted nor duplicates
 	admit       []int                         // members to insert, in order
+	parts       map[int]holdParts             // admitted member → what its account's pools reserve of it
 	duplicateOf map[int]int                   // member → the earlier member of the group that claims its id
-	total       int64                         // the amount the admitted members reserve together
 }
 
 // planHolds is the sequence of single authorisations, replayed in memory: a stored id is answered as a
-// replay or a conflict before admission is considered; each other member is admitted against the
-// available balance and the room in the windows of the limits that apply to it that the admitted
-// members before it left; an id claimed earlier in the group makes it a replay or a conflict of that
-// member. A refused member claims nothing, as its own transaction would have rolled back.
-func planHolds(account string, group []*authMember, available int64, windows spendWindows, stored map[string]Hold) holdsPlan {
-	plan := holdsPlan{answers: make([]groupAnswer[HoldAuthorised], len(group)), duplicateOf: map[int]int{}}
-	claimed := map[string]int{}
-	taken := make([]int64, len(windows)) // what the admitted members took of each window
+// replay or a conflict before admission is considered; each other member is admitted against what its
+// account and its pools have left after the admitted members before it, whatever their account (room,
+// from the locked rows), and the room in the windows of its account's limits that apply to it; an id
+// claimed earlier in the group on the same account makes it a replay or a conflict of that member. A
+// refused member claims nothing, as its own transaction would have rolled back.
+func planHolds(group []*authMember, pools poolsOf, room map[string]int64, accounts map[string]*accountHolds) holdsPlan {
+	plan := holdsPlan{answers: make([]groupAnswer[HoldAuthorised], len(group)), parts: map[int]holdParts{}, duplicateOf: map[int]int{}}
+	type claim struct{ account, id string }
+	claimed := map[claim]int{}
+	taken := map[string][]int64{} // what the admitted members took of each window, by account
 	for i, m := range group {
-		r := m.req
-		if prior, ok := stored[r.ID]; ok {
-			plan.answers[i] = settledHold(prior, r.HoldRequest, account)
+		r, a := m.req, accounts[m.req.account]
+		if prior, ok := a.stored[r.ID]; ok {
+			plan.answers[i] = settledHold(prior, r.HoldRequest, r.account)
 			continue
 		}
-		if first, ok := claimed[r.ID]; ok {
+		if first, ok := claimed[claim{r.account, r.ID}]; ok {
 			plan.duplicateOf[i] = first
 			continue
 		}
-		if r.Amount > available-plan.total {
-			plan.answers[i].err = fmt.Errorf("hold %d on %s: %w", r.Amount, account, ErrInsufficientBalance)
+		levels := newReserver(pools, room, r.account)
+		if r.Amount > levels.total() {
+			plan.answers[i].err = fmt.Errorf("hold %d on %s: %w", r.Amount, r.account, ErrInsufficientBalance)
 			continue
 		}
-		if err := windows.refusal(r.HoldRequest, taken); err != nil {
+		if taken[r.account] == nil {
+			taken[r.account] = make([]int64, len(a.windows))
+		}
+		if err := a.windows.refusal(r.HoldRequest, taken[r.account]); err != nil {
 			plan.answers[i].err = err
 			continue
 		}
-		windows.take(r.HoldRequest, taken)
-		plan.total += r.Amount
-		claimed[r.ID] = i
+		a.windows.take(r.HoldRequest, taken[r.account])
+		plan.parts[i] = levels.reserve(r.Amount)
+		claimed[claim{r.account, r.ID}] = i
 		plan.admit = append(plan.admit, i)
 	}
 	return plan
@@ -936,24 +947,29 @@ func (plan holdsPlan) refused() []int {
 	return out
 }
 
-// holdIDs returns the hold ids of the members at the given indexes, or of every member when nil.
-func holdIDs(group []*authMember, members []int) []string {
+// holdIDs returns the hold ids of account's members among those at the given indexes, or among every
+// member when nil.
+func holdIDs(group []*authMember, members []int, account string) []string {
 	if members == nil {
-		ids := make([]string, len(group))
-		for i, m := range group {
-			ids[i] = m.req.ID
+		members = make([]int, len(group))
+		for i := range group {
+			members[i] = i
 		}
-		return ids
 	}
-	ids := make([]string, len(members))
-	for k, i := range members {
-		ids[k] = group[i].req.ID
+	var ids []string
+	for _, i := range members {
+		if group[i].req.account == account {
+			ids = append(ids, group[i].req.ID)
+		}
 	}
 	return ids
 }
 
 // storedHolds returns the account's holds among ids, by id.
 func storedHolds(ctx context.Context, q *dbsqlc.Queries, account string, ids []string) (map[string]Hold, error) {
+	if len(ids) == 0 {
+		return map[string]Hold{}, nil
+	}
 	rows, err := q.HoldsGetByIDs(ctx, dbsqlc.HoldsGetByIDsParams{AccountID: account, IDs: ids})
 	if err != nil {
 		return nil, fmt.Errorf("read %d holds of %s: %w", len(ids), account, err)
