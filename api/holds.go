@@ -76,9 +76,10 @@ func accountRoute(r *http.Request, name string, pattern idPattern, message strin
 // handlePostHold authorises a hold: 201 when this call reserved it; 200 with the stored hold (whatever
 // its status now) on a replay of the same id and amount; 409 idempotency_conflict for the same id with
 // another amount; 409 insufficient_balance when the available balance (balance - held) does not cover
-// it, 409 limit_exceeded when a hard spend limit's window cannot take it, refused by the conditional
-// reservation, not an earlier read, and then nothing is kept. Concurrent authorisations of one account
-// share a transaction (db.HoldAuthoriser), with the same answers.
+// it, with a member's pools' (docs/pools.md), 409 limit_exceeded when a hard spend limit's window cannot
+// take it, refused by the conditional reservation, not an earlier read, and then nothing is kept.
+// Concurrent authorisations of one tree of accounts share a transaction
+// (db.Ledger.AuthoriseHoldGrouped), with the same answers.
 func handlePostHold(d Deps) http.Handler {
 	type request struct {
 		ID        *string `json:"id"`
