@@ -91,7 +91,8 @@ type entryJSON struct {
 	// that named them); absent when none.
 	Subject string `json:"subject,omitempty"`
 	Feature string `json:"feature,omitempty"`
-	// OnBehalfOf is the member a pool paid the entry for (statements with include=members only).
+	// OnBehalfOf is the member a pool paid the entry for (statements with include=members, and a
+	// capture's parts).
 	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 	// Draws are the lots a debit drew from (the entries list only).
 	Draws []drawJSON `json:"draws,omitempty"`

@@ -217,3 +217,46 @@ func TestPoolsMembersListsEachChildsSpending(t *testing.T) {
 	}
 	s.call(http.MethodGet, "/v1/accounts/org/statement?include=everything&"+period, nil).want(t, http.StatusBadRequest, "invalid_include")
 }
+
+// A hold on a member past its own available reserves on its pools, shows what they reserved (pooled),
+// and its capture answers each pool's part with the member's own; a replay answers the same entries
+// (SPEC §18).
+func TestPoolsHoldCaptureOnAMemberAnswersEachPoolsPart(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	ctx := context.Background()
+	l := dbtest.Ledger(t, s.pool)
+	for _, a := range [][3]string{{"org", "", "500"}, {"team", "org", "30"}, {"alice", "team", "20"}} {
+		grant, _ := strconv.ParseInt(a[2], 10, 64)
+		if _, err := l.CreateMember(ctx, a[0], "usd", a[1], grant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := s.call(http.MethodPost, "/v1/accounts/alice/holds", `{"id":"h1","amount":100}`).want(t, http.StatusCreated, "")
+	if hold := held.JSON["hold"].(map[string]any); hold["pooled"] != float64(80) {
+		t.Fatalf("hold %v, want pooled 80: 30 of the team's, 50 of the organisation's", hold)
+	}
+	parts := func(r reply) string {
+		t.Helper()
+		out := []string{fmt.Sprintf("%v %v", r.JSON["entry"].(map[string]any)["dedupe_key"], r.JSON["entry"].(map[string]any)["amount"])}
+		for _, p := range r.JSON["parts"].([]any) {
+			e := p.(map[string]any)
+			out = append(out, fmt.Sprintf("%v %v %v", e["dedupe_key"], e["amount"], e["on_behalf_of"]))
+		}
+		return strings.Join(out, " | ")
+	}
+	want := "hold:alice:h1 -20 | hold:alice:h1@team -30 alice | hold:alice:h1@org -40 alice"
+	first := s.call(http.MethodPost, "/v1/accounts/alice/holds/h1/capture", `{"amount":90}`).want(t, http.StatusOK, "")
+	if got := parts(first); got != want || first.JSON["posted"] != true {
+		t.Fatalf("capture %s (posted %v), want %s", got, first.JSON["posted"], want)
+	}
+	again := s.call(http.MethodPost, "/v1/accounts/alice/holds/h1/capture", `{"amount":90}`).want(t, http.StatusOK, "")
+	if got := parts(again); got != want || again.JSON["posted"] != false {
+		t.Fatalf("replayed capture %s (posted %v), want %s", got, again.JSON["posted"], want)
+	}
+	root := s.call(http.MethodPost, "/v1/accounts/org/holds", `{"id":"h2","amount":10}`).want(t, http.StatusCreated, "")
+	captured := s.call(http.MethodPost, "/v1/accounts/org/holds/h2/capture", nil).want(t, http.StatusOK, "")
+	if root.JSON["hold"].(map[string]any)["pooled"] != float64(0) || len(captured.JSON["parts"].([]any)) != 0 {
+		t.Fatalf("a root's hold %v, capture %v: nothing pooled, no parts", root.JSON, captured.JSON)
+	}
+}

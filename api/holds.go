@@ -150,9 +150,10 @@ func handleCaptureHold(d Deps) http.Handler {
 		Amount *int64 `json:"amount"`
 	}
 	type response struct {
-		Hold   holdJSON  `json:"hold"`
-		Posted bool      `json:"posted"`
-		Entry  entryJSON `json:"entry"`
+		Hold   holdJSON    `json:"hold"`
+		Posted bool        `json:"posted"`
+		Entry  entryJSON   `json:"entry"`
+		Parts  []entryJSON `json:"parts"`
 	}
 	return handle(d, func(w http.ResponseWriter, r *http.Request) error {
 		accountID, holdID, err := holdRoute(r)
@@ -174,7 +175,12 @@ func handleCaptureHold(d Deps) http.Handler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, response{Hold: holdOut(out.Hold), Posted: out.Posted, Entry: entryOut(out.Entry)})
+		parts := make([]entryJSON, len(out.Parts))
+		for i, e := range out.Parts {
+			parts[i] = entryOut(e)
+			parts[i].OnBehalfOf = e.OnBehalfOf
+		}
+		writeJSON(w, http.StatusOK, response{Hold: holdOut(out.Hold), Posted: out.Posted, Entry: entryOut(out.Entry), Parts: parts})
 		return nil
 	})
 }

@@ -695,6 +695,9 @@ type CaptureResult struct {
 	Entry Entry `json:"entry"`
 	Hold  Hold  `json:"hold"`
 
+	// Parts On a member whose pools reserved part of the hold (`pooled`), each pool's entry for this capture (`hold:{account_id}:{hold_id}@{pool_id}`, `on_behalf_of` the member), nearest pool first; `entry` is then the member's own part. Empty otherwise. On a replay, the original entries.
+	Parts []Entry `json:"parts"`
+
 	// Posted false: a replay; entry is the original.
 	Posted bool `json:"posted"`
 }
@@ -777,7 +780,7 @@ type Entry struct {
 	ID      int64     `json:"id"`
 	Kind    EntryKind `json:"kind"`
 
-	// OnBehalfOf In a statement with include=members, the member a pool paid this entry for; absent otherwise.
+	// OnBehalfOf In a statement with include=members and in a capture's parts, the member a pool paid this entry for; absent otherwise.
 	OnBehalfOf    *AccountID `json:"on_behalf_of,omitempty"`
 	PaymentIntent *string    `json:"payment_intent"`
 
@@ -1610,7 +1613,9 @@ type ClientInterface interface {
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-	// reserved. The body may be left out: the whole hold is captured.
+	// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+	// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+	// whole hold is captured.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1622,7 +1627,9 @@ type ClientInterface interface {
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-	// reserved. The body may be left out: the whole hold is captured.
+	// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+	// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+	// whole hold is captured.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2169,7 +2176,9 @@ func (c *Client) GetHold(ctx context.Context, id AccountID, holdID HoldID, reqEd
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 // `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-// reserved. The body may be left out: the whole hold is captured.
+// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+// whole hold is captured.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2191,7 +2200,9 @@ func (c *Client) CaptureHoldWithBody(ctx context.Context, id AccountID, holdID H
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 // `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-// reserved. The body may be left out: the whole hold is captured.
+// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+// whole hold is captured.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4382,7 +4393,9 @@ type ClientWithResponsesInterface interface {
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-	// reserved. The body may be left out: the whole hold is captured.
+	// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+	// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+	// whole hold is captured.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4394,7 +4407,9 @@ type ClientWithResponsesInterface interface {
 	// Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 	// the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 	// `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-	// reserved. The body may be left out: the whole hold is captured.
+	// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+	// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+	// whole hold is captured.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7900,7 +7915,9 @@ func (c *ClientWithResponses) GetHoldWithResponse(ctx context.Context, id Accoun
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 // `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-// reserved. The body may be left out: the whole hold is captured.
+// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+// whole hold is captured.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7918,7 +7935,9 @@ func (c *ClientWithResponses) CaptureHoldWithBodyWithResponse(ctx context.Contex
 // Moves the hold from `held` to `captured` by a conditional update (still held and unexpired on
 // the database clock), releases its reservation and posts a `usage` entry of `-amount` keyed
 // `hold:{account_id}:{hold_id}`, carrying the hold's subject and feature, all in one transaction. No overdraw check: the credits were
-// reserved. The body may be left out: the whole hold is captured.
+// reserved. On a member whose pools reserved part of the hold, the member posts what it reserved
+// itself and each pool the rest, up to what it reserved (`parts`). The body may be left out: the
+// whole hold is captured.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
