@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: a fraction of a second per workload, no billing")
 	fs.StringVar(&o.bin, "bin", ".bin/onceledger", "the onceledger binary to measure")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
-	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, limits, notify, tracing, statement, billing")
+	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, limits, pools, notify, tracing, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
 	fs.BoolVar(&o.citus, "citus", false, "run the workloads on the machine's PostgreSQL, then on a local Citus cluster (a "+
 		"coordinator and two workers on this machine: the coordination cost, not the scale gain), and print them side by side")
@@ -197,6 +197,9 @@ func (b *bench) all(ctx context.Context) {
 	}
 	if b.wants("limits") {
 		b.limits(ctx, d)
+	}
+	if b.wants("pools") {
+		b.pools(ctx, d)
 	}
 	if b.wants("notify") {
 		b.notifications(ctx, d, accounts)
@@ -341,6 +344,68 @@ func (b *bench) limits(ctx context.Context, d time.Duration) {
 		}
 	}
 	b.rows = append(b.rows, row{result: result{workload: "authorisations hot, 3 limits", errors: 1, firstErr: err.Error()}})
+}
+
+// poolMembers is how many members share the pools family's organisation: one per worker at c=64.
+const poolMembers = 64
+
+// pools measures authorisations at c=64 on the members of one organisation, each member with nothing of
+// its own, so that every hold reserves on the organisation's row (SPEC §18): one transaction each on the
+// 4-connection pool (the baseline, as for holds) and group commit straight through pgx. Each workload has
+// a tree of its own, the organisation funded so that none is refused.
+func (b *bench) pools(ctx context.Context, d time.Duration) {
+	const c = 64
+	label := "pool draws hot"
+	fail := func(err error) {
+		b.rows = append(b.rows, row{result: result{workload: label, errors: 1, firstErr: err.Error()}})
+	}
+	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer serverPool.Close()
+	member := func(workload string, i int) string { return fmt.Sprintf("bench_pool_%s_%02d", workload, i%poolMembers) }
+	for _, w := range []string{"tx", "group"} {
+		if err := b.poolTree(ctx, "bench_pool_"+w, func(i int) string { return member(w, i) }); err != nil {
+			fail(err)
+			return
+		}
+	}
+	hold := func(i int) db.HoldRequest {
+		return db.HoldRequest{ID: "h" + strconv.Itoa(i), Amount: 1, ExpiresIn: time.Hour}
+	}
+	// Operation i draws through member i%64: the 64 workers spread over the 64 members.
+	oneTx := measure(ctx, fmt.Sprintf("%s, 1 tx each, direct SQL, %d conns", label, serverPool.Config().MaxConns), c, d,
+		func(ctx context.Context, i int) ([]time.Duration, error) {
+			return timed(func() error {
+				_, err := db.AuthoriseHold(ctx, serverPool, member("tx", i), hold(i))
+				return err
+			})
+		})
+	grouped := measure(ctx, label+", group commit, direct (db.Ledger.AuthoriseHoldGrouped)", c, d, func(ctx context.Context, i int) ([]time.Duration, error) {
+		return timed(func() error {
+			_, err := b.ledger.AuthoriseHoldGrouped(ctx, member("group", i), hold(i))
+			return err
+		})
+	})
+	b.add(oneTx, nil)
+	b.rows = append(b.rows, row{result: grouped, baseline: &oneTx,
+		note: fmt.Sprintf("%d members with nothing of their own, every hold reserved on their organisation's row", poolMembers)})
+}
+
+// poolTree creates the organisation root, funded, and its poolMembers members member(0) … member(63),
+// each with a balance of 0.
+func (b *bench) poolTree(ctx context.Context, root string, member func(i int) string) error {
+	if _, err := b.ledger.CreateAccount(ctx, root, "usd", 1_000_000_000_000); err != nil {
+		return fmt.Errorf("organisation %s: %w", root, err)
+	}
+	for i := range poolMembers {
+		if _, err := b.ledger.CreateMember(ctx, member(i), "usd", root, 0); err != nil {
+			return fmt.Errorf("member %s of %s: %w", member(i), root, err)
+		}
+	}
+	return nil
 }
 
 // authorisationRows are the three ways of authorising on a hot account, and the server's CPU per
