@@ -150,7 +150,7 @@ func authoriseHold(ctx context.Context, b Beginner, p *PendingAudit, accountID s
 			}
 			return false, fmt.Errorf("spend windows of %s: the limits that apply to hold %s are not the ones opened under the lock", accountID, req.ID)
 		default:
-			if reserved, err := reservePools(ctx, q, accountID, []HoldRequest{req}, parts); err != nil {
+			if reserved, err := reservePools(ctx, q, []string{accountID}, []HoldRequest{req}, parts); err != nil {
 				return false, err
 			} else if !reserved {
 				return false, fmt.Errorf("the pools of %s moved under the lock: hold %s no longer fits", accountID, req.ID)
@@ -186,13 +186,14 @@ func holdsInsertParams(accountID string, reqs []HoldRequest, windows spendWindow
 	return arg
 }
 
-// reservePools reserves on the account's pools what its holds just inserted (reqs) draw on them (parts,
-// in the order of reqs), in one statement, and reports whether every pool had it. Nothing to do, and no
-// statement, when no hold draws on a pool.
-func reservePools(ctx context.Context, q *dbsqlc.Queries, accountID string, reqs []HoldRequest, parts []holdParts) (bool, error) {
-	arg := dbsqlc.HoldsReservePoolsParams{AccountID: accountID}
+// reservePools reserves on their accounts' pools what the holds just inserted (reqs, of accounts) draw on
+// them (parts, in the order of reqs), in one statement, and reports whether every pool had it. Nothing to
+// do, and no statement, when no hold draws on a pool.
+func reservePools(ctx context.Context, q *dbsqlc.Queries, accounts []string, reqs []HoldRequest, parts []holdParts) (bool, error) {
+	var arg dbsqlc.HoldsReservePoolsParams
 	for i, r := range reqs {
 		for k, pool := range parts[i].pools {
+			arg.AccountIDs = append(arg.AccountIDs, accounts[i])
 			arg.HoldIDs = append(arg.HoldIDs, r.ID)
 			arg.PoolIDs = append(arg.PoolIDs, pool)
 			arg.Amounts = append(arg.Amounts, parts[i].amounts[k])
@@ -203,7 +204,7 @@ func reservePools(ctx context.Context, q *dbsqlc.Queries, accountID string, reqs
 	}
 	reserved, err := q.HoldsReservePools(ctx, arg)
 	if err != nil {
-		return false, fmt.Errorf("reserve %d holds of %s on its pools: %w", len(reqs), accountID, MapError(err))
+		return false, fmt.Errorf("reserve %d holds of %v on their pools: %w", len(reqs), accounts, MapError(err))
 	}
 	return reserved, nil
 }
@@ -265,7 +266,7 @@ type HoldCapturedResult struct {
 	Hold Hold
 	// Entry is the usage entry of the capture on the hold's account: new, or on a replay the one posted
 	// by the first capture. Parts are, on a member whose pools reserved part of the hold, the entries
-	// each pool posted for it (SPEC §18), on the capture that posted them.
+	// each pool posted for it (SPEC §18), nearest pool first: new, or on a replay the first capture's.
 	Entry Entry
 	Parts []Entry
 	// Posted is true when this call captured the hold; false on an exact replay.
@@ -325,6 +326,33 @@ func (l *Ledger) CaptureHold(ctx context.Context, accountID, holdID string, amou
 	return out, refusal
 }
 
+// captureParts returns the entries the pools of a hold's account posted for its capture through the API
+// (HoldKey@pool), nearest pool first; none for a hold whose account reserved all of it.
+func captureParts(ctx context.Context, q *dbsqlc.Queries, h Hold) ([]Entry, error) {
+	if h.Pooled == 0 {
+		return nil, nil
+	}
+	pools, err := readPools(ctx, q, []string{h.AccountID})
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for id := pools.parents[h.AccountID]; id != ""; id = pools.parents[id] {
+		keys = append(keys, HoldKey(h.AccountID, h.ID)+"@"+id)
+	}
+	stored, err := storedEntries(ctx, q, keys)
+	if err != nil {
+		return nil, err
+	}
+	var parts []Entry
+	for _, k := range keys {
+		if e, ok := stored[k]; ok {
+			parts = append(parts, e)
+		}
+	}
+	return parts, nil
+}
+
 // notCaptured answers a capture whose UPDATE moved nothing, from the hold as it is now (the account
 // row is locked, so no other resolution can move it meanwhile). A replay returns the original capture
 // with a nil refusal; a hold past its expiry is expired here.
@@ -351,8 +379,12 @@ func (l *Ledger) notCaptured(ctx context.Context, q *dbsqlc.Queries, accountID, 
 		if hold.CapturedAmount != amount {
 			return HoldCapturedResult{}, nil, fmt.Errorf("%w: hold %s of %s was captured for %d, asked %d", ErrDedupeConflict, holdID, accountID, hold.CapturedAmount, amount)
 		}
+		parts, err := captureParts(ctx, q, hold)
+		if err != nil {
+			return HoldCapturedResult{}, nil, err
+		}
 		l.observe(KindUsage, ResultReplay)
-		return HoldCapturedResult{Hold: hold, Entry: entryFromRow(row)}, nil, nil
+		return HoldCapturedResult{Hold: hold, Entry: entryFromRow(row), Parts: parts}, nil, nil
 	case HoldHeld:
 		// Held, within its amount, yet not captured: its time is up.
 		expired, err := expireOne(ctx, q, accountID, holdID)
@@ -804,10 +836,8 @@ func (l *Ledger) authoriseGroup(ctx context.Context, group []*authMember, readID
 			plan = planHolds(group, pools, roomOf(rows), byAccount)
 		}
 		answers = plan.answers
-		for _, account := range accounts {
-			if err := l.insertAdmitted(ctx, q, account, byAccount[account].windows, group, plan); err != nil {
-				return err
-			}
+		if err := insertAdmitted(ctx, q, accounts, byAccount, group, plan); err != nil {
+			return err
 		}
 		for i, first := range plan.duplicateOf {
 			answers[i] = settledHold(answers[first].ans.Hold, group[i].req.HoldRequest, group[i].req.account)
@@ -832,49 +862,75 @@ func (l *Ledger) authoriseGroup(ctx context.Context, group []*authMember, readID
 	return nil
 }
 
-// insertAdmitted inserts, in the group's transaction, the holds plan admitted on account, with their
-// reservations on its pools, and sets their answers. Every condition is checked again by the
-// statements on the locked rows: a false flag means the plan was wrong, and the group rolls back.
-func (l *Ledger) insertAdmitted(ctx context.Context, q *dbsqlc.Queries, account string, windows spendWindows, group []*authMember, plan holdsPlan) error {
-	var (
-		members  []int
-		admitted []HoldRequest
-		parts    []holdParts
-	)
-	for _, i := range plan.admit {
-		if group[i].req.account == account {
-			members = append(members, i)
-			admitted = append(admitted, group[i].req.HoldRequest)
-			parts = append(parts, plan.parts[i])
-		}
-	}
-	if len(members) == 0 {
+// insertAdmitted inserts, in the group's transaction, the holds plan admitted, with their reservations on
+// their pools, and sets their answers: HoldsInsertGroup for a group of one account, HoldsInsertTreeGroup
+// (the same rows and conditions for several accounts at once) for a group of a tree's accounts. Every
+// condition is checked again by the statements on the locked rows: a false flag means the plan was wrong,
+// and the group rolls back.
+func insertAdmitted(ctx context.Context, q *dbsqlc.Queries, accounts []string, byAccount map[string]*accountHolds, group []*authMember, plan holdsPlan) error {
+	if len(plan.admit) == 0 {
 		return nil
 	}
-	inserted, err := q.HoldsInsertGroup(ctx, holdsInsertParams(account, admitted, windows, parts))
-	if err != nil {
-		return fmt.Errorf("insert %d holds of %s: %w", len(members), account, err)
+	on := make([]string, len(plan.admit))
+	admitted := make([]HoldRequest, len(plan.admit))
+	parts := make([]holdParts, len(plan.admit))
+	for k, i := range plan.admit {
+		on[k], admitted[k], parts[k] = group[i].req.account, group[i].req.HoldRequest, plan.parts[i]
 	}
-	if len(inserted) != len(members) {
+	var inserted []dbsqlc.HoldsInsertGroupRow
+	if len(accounts) == 1 {
+		rows, err := q.HoldsInsertGroup(ctx, holdsInsertParams(accounts[0], admitted, byAccount[accounts[0]].windows, parts))
+		if err != nil {
+			return fmt.Errorf("insert %d holds of %s: %w", len(admitted), accounts[0], err)
+		}
+		inserted = rows
+	} else {
+		arg := dbsqlc.HoldsInsertTreeGroupParams{}
+		for k, r := range admitted {
+			one := holdsInsertParams(on[k], []HoldRequest{r}, byAccount[on[k]].windows, parts[k:k+1])
+			arg.AccountIDs = append(arg.AccountIDs, on[k])
+			arg.IDs = append(arg.IDs, one.IDs...)
+			arg.Amounts = append(arg.Amounts, one.Amounts...)
+			arg.ExpiresInSeconds = append(arg.ExpiresInSeconds, one.ExpiresInSeconds...)
+			arg.Subjects = append(arg.Subjects, one.Subjects...)
+			arg.Features = append(arg.Features, one.Features...)
+			arg.Pooled = append(arg.Pooled, one.Pooled...)
+			for range one.PairHoldIDs {
+				arg.PairAccountIDs = append(arg.PairAccountIDs, on[k])
+			}
+			arg.PairHoldIDs = append(arg.PairHoldIDs, one.PairHoldIDs...)
+			arg.PairLimitIDs = append(arg.PairLimitIDs, one.PairLimitIDs...)
+			arg.PairWindowStarts = append(arg.PairWindowStarts, one.PairWindowStarts...)
+		}
+		rows, err := q.HoldsInsertTreeGroup(ctx, arg)
+		if err != nil {
+			return fmt.Errorf("insert %d holds of %v: %w", len(admitted), accounts, err)
+		}
+		for _, r := range rows {
+			inserted = append(inserted, dbsqlc.HoldsInsertGroupRow(r))
+		}
+	}
+	if len(inserted) != len(admitted) {
 		return errRegroup
 	}
 	if !inserted[0].Reserved {
-		return fmt.Errorf("available balance of %s moved under the group's lock: the admitted holds no longer fit", account)
+		return fmt.Errorf("available balances of %v moved under the group's lock: the admitted holds no longer fit", accounts)
 	}
 	if !inserted[0].WithinLimits {
-		return fmt.Errorf("spend windows of %s moved under the group's lock: the admitted holds no longer fit", account)
+		return fmt.Errorf("spend windows of %v moved under the group's lock: the admitted holds no longer fit", accounts)
 	}
-	if reserved, err := reservePools(ctx, q, account, admitted, parts); err != nil {
+	if reserved, err := reservePools(ctx, q, on, admitted, parts); err != nil {
 		return err
 	} else if !reserved {
-		return fmt.Errorf("the pools of %s moved under the group's lock: the admitted holds no longer fit", account)
+		return fmt.Errorf("the pools of %v moved under the group's lock: the admitted holds no longer fit", accounts)
 	}
-	byID := make(map[string]Hold, len(inserted))
+	type key struct{ account, id string }
+	byID := make(map[key]Hold, len(inserted))
 	for _, r := range inserted {
-		byID[r.ID] = holdFromInserted(r)
+		byID[key{r.AccountID, r.ID}] = holdFromInserted(r)
 	}
-	for _, i := range members {
-		plan.answers[i].ans = HoldAuthorised{Hold: byID[group[i].req.ID], Created: true}
+	for _, i := range plan.admit {
+		plan.answers[i].ans = HoldAuthorised{Hold: byID[key{group[i].req.account, group[i].req.ID}], Created: true}
 	}
 	return nil
 }

@@ -712,6 +712,168 @@ func (q *Queries) HoldsInsertGroup(ctx context.Context, arg HoldsInsertGroupPara
 	return items, nil
 }
 
+const holdsInsertTreeGroup = `-- name: HoldsInsertTreeGroup :many
+WITH batch AS (
+    -- Set-returning functions in one select list run in lockstep: the arrays zipped.
+    SELECT unnest($1::text[]) AS account_id, unnest($2::text[]) AS id, unnest($3::bigint[]) AS amount,
+           unnest($4::double precision[]) AS ttl,
+           nullif(unnest($5::text[]), '') AS subject, nullif(unnest($6::text[]), '') AS feature,
+           unnest($7::bigint[]) AS pooled
+), pairs AS (
+    SELECT unnest($8::text[]) AS account_id, unnest($9::text[]) AS hold_id,
+           unnest($10::text[]) AS limit_id,
+           unnest($11::timestamptz[]) AS window_start
+), inserted AS (
+    INSERT INTO holds (account_id, id, amount, expires_at, subject, feature, limit_ids, window_starts, pooled)
+    SELECT b.account_id, b.id, b.amount, now() + make_interval(secs => b.ttl), b.subject, b.feature,
+           coalesce(h.limit_ids, '{}'), coalesce(h.window_starts, '{}'), b.pooled
+    FROM batch b
+    -- Each hold's pairs gathered in one pass (hashed by hold), not looked up per hold: a group of n
+    -- holds under k limits would otherwise scan n*k pairs n times.
+    LEFT JOIN (
+        SELECT p.account_id, p.hold_id, array_agg(p.limit_id ORDER BY p.limit_id) AS limit_ids,
+               array_agg(p.window_start ORDER BY p.limit_id) AS window_starts
+        FROM pairs p
+        GROUP BY p.account_id, p.hold_id
+    ) h ON h.account_id = b.account_id AND h.hold_id = b.id
+    ON CONFLICT (account_id, id) DO NOTHING
+    RETURNING account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
+), missed AS (
+    -- A limit that applies to an inserted hold but is not among its pairs: the plan missed it.
+    SELECT 1
+    FROM inserted i
+    JOIN spend_limits l
+        ON l.account_id = i.account_id
+       AND (l.scope = 'account' OR l.scope_value = CASE l.scope WHEN 'subject' THEN i.subject ELSE i.feature END)
+    WHERE NOT l.id = ANY(i.limit_ids)
+), per_window AS (
+    SELECT i.account_id, l.id AS limit_id, i.window_starts[k] AS window_start, min(l.amount) AS cap, min(l.mode) AS mode,
+           sum(i.amount) AS amount, now() AS at
+    FROM inserted i
+    CROSS JOIN LATERAL generate_subscripts(i.limit_ids, 1) AS k
+    JOIN spend_limits l ON l.account_id = i.account_id AND l.id = i.limit_ids[k]
+    GROUP BY i.account_id, l.id, i.window_starts[k]
+), limited AS (
+    -- The admission rule of a hard limit, on the locked row: never past its cap.
+    UPDATE spend_windows w
+    SET held = w.held + p.amount,
+        reached_at = CASE WHEN p.mode = 'soft' AND w.reached_at IS NULL AND w.spent + w.held + p.amount >= p.cap
+                          THEN p.at ELSE w.reached_at END
+    FROM per_window p
+    WHERE w.account_id = p.account_id
+      AND w.limit_id = p.limit_id
+      AND w.window_start = p.window_start
+      AND (p.mode = 'soft' OR w.spent + w.held + p.amount <= p.cap)
+    RETURNING w.limit_id
+), own AS (
+    -- What each account reserves itself: what its pools do not (SPEC §18).
+    SELECT account_id, sum(amount - pooled) AS amount FROM inserted GROUP BY account_id
+), reserved AS (
+    UPDATE accounts a
+    SET held = a.held + o.amount
+    FROM own o
+    WHERE a.id = o.account_id
+      AND (o.amount = 0 OR a.balance - a.held >= o.amount)
+    RETURNING a.id
+)
+SELECT inserted.account_id, inserted.id, inserted.amount, inserted.status, inserted.captured_amount,
+       inserted.decision_id, inserted.expires_at, inserted.created_at, inserted.resolved_at, inserted.subject,
+       inserted.feature, inserted.limit_ids, inserted.window_starts, inserted.pooled,
+       ((SELECT count(*) FROM reserved) = (SELECT count(*) FROM own))::boolean AS reserved,
+       (NOT EXISTS (SELECT 1 FROM missed)
+        AND (SELECT count(*) FROM limited) = (SELECT count(*) FROM per_window))::boolean AS within_limits
+FROM inserted
+`
+
+type HoldsInsertTreeGroupParams struct {
+	AccountIDs       []string
+	IDs              []string
+	Amounts          []int64
+	ExpiresInSeconds []float64
+	Subjects         []string
+	Features         []string
+	Pooled           []int64
+	PairAccountIDs   []string
+	PairHoldIDs      []string
+	PairLimitIDs     []string
+	PairWindowStarts []time.Time
+}
+
+type HoldsInsertTreeGroupRow struct {
+	AccountID      string
+	ID             string
+	Amount         int64
+	Status         string
+	CapturedAmount *int64
+	DecisionID     *string
+	ExpiresAt      time.Time
+	CreatedAt      time.Time
+	ResolvedAt     *time.Time
+	Subject        *string
+	Feature        *string
+	LimitIDs       []string
+	WindowStarts   []time.Time
+	Pooled         int64
+	Reserved       bool
+	WithinLimits   bool
+}
+
+// HoldsInsertGroup for the holds of several accounts of one tree at once (a group of a hot pool's
+// members, SPEC §18), the account of each hold in account_ids and of each pair in pair_account_ids: the
+// same rows, conditions and flags, for every account at once (reserved: every account's own available
+// covers what it reserves itself). The accounts are locked with their pools first (AccountsLock, roots
+// first). One statement for the whole group instead of one per account; TestDifferentialHoldGroupsOfATree
+// holds it equal to one transaction per authorisation. On Citus it reaches every shard of the group's
+// accounts.
+func (q *Queries) HoldsInsertTreeGroup(ctx context.Context, arg HoldsInsertTreeGroupParams) ([]HoldsInsertTreeGroupRow, error) {
+	rows, err := q.db.Query(ctx, holdsInsertTreeGroup,
+		arg.AccountIDs,
+		arg.IDs,
+		arg.Amounts,
+		arg.ExpiresInSeconds,
+		arg.Subjects,
+		arg.Features,
+		arg.Pooled,
+		arg.PairAccountIDs,
+		arg.PairHoldIDs,
+		arg.PairLimitIDs,
+		arg.PairWindowStarts,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HoldsInsertTreeGroupRow{}
+	for rows.Next() {
+		var i HoldsInsertTreeGroupRow
+		if err := rows.Scan(
+			&i.AccountID,
+			&i.ID,
+			&i.Amount,
+			&i.Status,
+			&i.CapturedAmount,
+			&i.DecisionID,
+			&i.ExpiresAt,
+			&i.CreatedAt,
+			&i.ResolvedAt,
+			&i.Subject,
+			&i.Feature,
+			&i.LimitIDs,
+			&i.WindowStarts,
+			&i.Pooled,
+			&i.Reserved,
+			&i.WithinLimits,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const holdsOpenByAccount = `-- name: HoldsOpenByAccount :many
 SELECT account_id, id, amount, status, captured_amount, decision_id, expires_at, created_at, resolved_at, subject, feature, limit_ids, window_starts, pooled
 FROM holds
@@ -972,13 +1134,13 @@ func (q *Queries) HoldsReservationMismatches(ctx context.Context) ([]HoldsReserv
 
 const holdsReservePools = `-- name: HoldsReservePools :one
 WITH planned AS (
-    SELECT unnest($1::text[]) AS hold_id, unnest($2::text[]) AS pool_id,
-           unnest($3::bigint[]) AS amount
+    SELECT unnest($1::text[]) AS account_id, unnest($2::text[]) AS hold_id,
+           unnest($3::text[]) AS pool_id, unnest($4::bigint[]) AS amount
 ), inserted AS (
     INSERT INTO hold_reservations (account_id, hold_id, pool_id, amount)
-    SELECT $4::text, p.hold_id, p.pool_id, p.amount
+    SELECT p.account_id, p.hold_id, p.pool_id, p.amount
     FROM planned p
-    RETURNING hold_id, pool_id, amount
+    RETURNING account_id
 ), levels AS (
     SELECT p.pool_id, sum(p.amount) AS amount
     FROM planned p
@@ -990,25 +1152,33 @@ WITH planned AS (
     WHERE a.id = l.pool_id
       AND a.balance - a.held >= l.amount
     RETURNING a.id
+), parents AS MATERIALIZED (
+    -- The pools of the holds' accounts, read apart: on Citus a parent's row is on another shard than
+    -- its member's.
+    SELECT a.id, a.parent_id
+    FROM accounts a
+    WHERE a.id IN (SELECT p.account_id FROM planned p)
+      AND a.parent_id IS NOT NULL
+), pools AS MATERIALIZED (
+    SELECT c.id, c.parent_id AS pool_id FROM parents c
+    UNION ALL
+    SELECT c.id, g.parent_id
+    FROM parents c
+    JOIN accounts g ON g.id = c.parent_id
+    WHERE g.parent_id IS NOT NULL
 ), misplanned AS (
-    -- A hold of the account whose reservations do not sum to its pooled.
+    -- A hold whose reservations do not sum to its pooled.
     SELECT 1
     FROM holds h
-    LEFT JOIN (SELECT p.hold_id, sum(p.amount) AS amount FROM planned p GROUP BY p.hold_id) p ON p.hold_id = h.id
-    WHERE h.account_id = $4::text
-      AND h.id IN (SELECT p.hold_id FROM planned p)
-      AND h.pooled <> coalesce(p.amount, 0)
+    JOIN (SELECT p.account_id, p.hold_id, sum(p.amount) AS amount FROM planned p GROUP BY p.account_id, p.hold_id) p
+        ON p.account_id = h.account_id AND p.hold_id = h.id
+    WHERE h.pooled <> p.amount
     UNION ALL
-    -- A reservation on an account that is not a pool of the account: the parents of the account and of
-    -- its parent, two single-row reads (router queries on Citus).
+    -- A reservation on an account that is not a pool of the hold's account.
     SELECT 1
     FROM planned p
-    WHERE p.pool_id NOT IN (
-        SELECT a.parent_id
-        FROM accounts a
-        WHERE a.id IN ($4::text, (SELECT m.parent_id FROM accounts m WHERE m.id = $4::text))
-          AND a.parent_id IS NOT NULL
-    )
+    LEFT JOIN pools t ON t.id = p.account_id AND t.pool_id = p.pool_id
+    WHERE t.id IS NULL
 )
 SELECT ((SELECT count(*) FROM inserted) = (SELECT count(*) FROM planned)
         AND (SELECT count(*) FROM reserved) = (SELECT count(*) FROM levels)
@@ -1016,25 +1186,25 @@ SELECT ((SELECT count(*) FROM inserted) = (SELECT count(*) FROM planned)
 `
 
 type HoldsReservePoolsParams struct {
-	HoldIDs   []string
-	PoolIDs   []string
-	Amounts   []int64
-	AccountID string
+	AccountIDs []string
+	HoldIDs    []string
+	PoolIDs    []string
+	Amounts    []int64
 }
 
-// Reserves on its pools what each of the holds HoldsInsertGroup just inserted for the account draws on
-// them (SPEC §18), in the same transaction, the arrays read in lockstep (a hold's id, a pool, what that
-// pool reserves of it), and says whether it held: reserved, every pool has the available (balance - held)
-// for what it reserves, the reservations of each hold sum to its pooled, and each pool is the account's
-// parent or grandparent (which never change). The tree is locked roots first (AccountsLock) before
-// anything is written. Run only for holds that draw on a pool: the authorisations of an account whose own
-// available covers them stay one statement on its shard.
+// Reserves on their pools what the holds HoldsInsertGroup (or HoldsInsertTreeGroup) just inserted draw on
+// them (SPEC §18), in the same transaction, the arrays read in lockstep (a hold's account and id, a pool,
+// what that pool reserves of it), and says whether it held: reserved, every pool has the available
+// (balance - held) for what it reserves, the reservations of each hold sum to its pooled, and each pool is
+// its account's parent or grandparent (which never change). The tree is locked roots first (AccountsLock)
+// before anything is written. Run only for holds that draw on a pool: the authorisations of an account
+// whose own available covers them stay one statement on its shard.
 func (q *Queries) HoldsReservePools(ctx context.Context, arg HoldsReservePoolsParams) (bool, error) {
 	row := q.db.QueryRow(ctx, holdsReservePools,
+		arg.AccountIDs,
 		arg.HoldIDs,
 		arg.PoolIDs,
 		arg.Amounts,
-		arg.AccountID,
 	)
 	var reserved bool
 	err := row.Scan(&reserved)

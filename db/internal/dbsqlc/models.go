@@ -195,13 +195,13 @@ type Hold struct {
 	Pooled int64
 }
 
-// What a pool reserved for a hold on one of its members (SPEC §18), written with the hold in HoldsInsertGroup and never changed or deleted (hold_reservations_append_only): whether it still counts in the pool's held is the hold's status. Keyed by the hold's account, as holds are.
+// What a pool reserved for a hold on one of its members (SPEC §18), written with the hold by HoldsReservePools and never changed or deleted (hold_reservations_append_only): whether it still counts in the pool's held is the hold's status. Keyed by the hold's account, as holds are.
 type HoldReservation struct {
 	// The hold's account: the member.
 	AccountID string
 	// The hold, of account_id, that the pool reserved for.
 	HoldID string
-	// The pool that reserved: the member's parent or grandparent (checked by HoldsInsertGroup under the tree's locks, and by `onceledger verify`).
+	// The pool that reserved: the member's parent or grandparent (checked by HoldsReservePools under the tree's locks, and by `onceledger verify`).
 	PoolID string
 	// What the pool reserved, counted in its accounts.held while the hold is held.
 	Amount int64
