@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
@@ -143,6 +144,7 @@ type Ledger struct {
 	postings  *groupQueue[Posting, Posted, lastBalance]
 	holds     *groupQueue[accountHold, HoldAuthorised, struct{}]     // keyed by the tree's root
 	roots     sync.Map                                               // account → the root of its tree (rootOf)
+	rootsKept atomic.Int64                                           // about how many accounts roots holds
 	checkouts *groupQueue[CheckoutPayment, checkoutAnswer, struct{}] // nil: not grouped
 	// checkoutLockTimeout bounds each lock wait of a group of Checkout Sessions.
 	checkoutLockTimeout time.Duration

@@ -80,9 +80,17 @@ func (l *Ledger) rootOf(ctx context.Context, account string) (string, error) {
 	for pools.parents[root] != "" {
 		root = pools.parents[root]
 	}
+	if l.rootsKept.Add(1) > maxRootsKept {
+		// Bounded: forgetting costs one read per account, keeping every account ever seen would not be.
+		l.roots.Clear()
+		l.rootsKept.Store(1)
+	}
 	l.roots.Store(account, root)
 	return root, nil
 }
+
+// maxRootsKept bounds how many accounts' roots a Ledger keeps.
+const maxRootsKept = 1 << 16
 
 // reserver plans what the levels of one account's tree reserve for its holds, in order: the account's
 // own available first, then its parent's, then its grandparent's (SPEC §18). HoldsInsertGroup checks

@@ -63,6 +63,9 @@ WITH tree_in AS (
     FROM (
         SELECT DISTINCT ON (d.account_id, d.hold_id) d.account_id, d.hold_id, d.received_at
         FROM decisions d
+        -- The chunk's accounts, as HoldsCaptureForDecisions reads them (not an account left out as
+        -- unbillable), of a tree.
+        JOIN unnest(@account_ids::text[]) AS billed (account_id) ON billed.account_id = d.account_id
         JOIN tree_in t ON t.id = d.account_id AND (t.parent_id <> '' OR t.id IN (SELECT c.parent_id FROM tree_in c))
         WHERE d.seq > @after_seq::bigint
           AND d.seq <= @upto_seq::bigint

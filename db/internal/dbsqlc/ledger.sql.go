@@ -225,9 +225,12 @@ WITH tree_in AS (
     FROM (
         SELECT DISTINCT ON (d.account_id, d.hold_id) d.account_id, d.hold_id, d.received_at
         FROM decisions d
+        -- The chunk's accounts, as HoldsCaptureForDecisions reads them (not an account left out as
+        -- unbillable), of a tree.
+        JOIN unnest($5::text[]) AS billed (account_id) ON billed.account_id = d.account_id
         JOIN tree_in t ON t.id = d.account_id AND (t.parent_id <> '' OR t.id IN (SELECT c.parent_id FROM tree_in c))
-        WHERE d.seq > $5::bigint
-          AND d.seq <= $6::bigint
+        WHERE d.seq > $6::bigint
+          AND d.seq <= $7::bigint
           AND d.hold_id IS NOT NULL
           -- Once per statement (a one-time filter): a chunk without trees reads no decision here.
           AND EXISTS (SELECT 1 FROM tree_in c WHERE c.parent_id <> '')
@@ -259,14 +262,14 @@ WITH tree_in AS (
            t.parent_id IS NOT NULL OR EXISTS (SELECT 1 FROM tree c WHERE c.parent_id = d.account_id) AS in_tree
     FROM decisions d
     -- A join (hashed), not account_id = ANY(...), which is a linear search per row in a generic plan.
-    JOIN unnest($7::text[]) AS locked (account_id) ON locked.account_id = d.account_id
+    JOIN unnest($5::text[]) AS locked (account_id) ON locked.account_id = d.account_id
     JOIN tree t ON t.id = d.account_id
     LEFT JOIN tree t1 ON t1.id = t.parent_id
     -- Through holds_captured_apart_idx: only the holds captured apart from a decision are looked at.
     LEFT JOIN holds h
         ON h.account_id = d.account_id AND h.id = d.hold_id AND h.status = 'captured' AND h.decision_id IS NULL
-    WHERE d.seq > $5::bigint
-      AND d.seq <= $6::bigint
+    WHERE d.seq > $6::bigint
+      AND d.seq <= $7::bigint
       AND d.cost > coalesce(h.captured_amount, 0)
 ), taken AS (
     SELECT k.key FROM ledger_keys_taken(ARRAY(SELECT 'decision:' || c.id FROM chunk c WHERE c.in_tree)) AS k (key)
@@ -353,9 +356,9 @@ type LedgerAppendForDecisionsParams struct {
 	TreeParents   []string
 	TreeDepths    []int32
 	TreeAvailable []int64
+	AccountIDs    []string
 	AfterSeq      int64
 	UptoSeq       int64
-	AccountIDs    []string
 }
 
 type LedgerAppendForDecisionsRow struct {
@@ -394,9 +397,9 @@ func (q *Queries) LedgerAppendForDecisions(ctx context.Context, arg LedgerAppend
 		arg.TreeParents,
 		arg.TreeDepths,
 		arg.TreeAvailable,
+		arg.AccountIDs,
 		arg.AfterSeq,
 		arg.UptoSeq,
-		arg.AccountIDs,
 	)
 	if err != nil {
 		return nil, err
