@@ -112,22 +112,24 @@ func billDirectly(tb testing.TB, pool *pgxpool.Pool) int64 {
 			if err != nil || len(unbilled) == 0 {
 				return err
 			}
+			type lockedAccount struct {
+				id                     string
+				lastSeq, balance, held int64
+			}
+			lockedRows, err := pgx.CollectRows(mustQuery(tx.Query(ctx, q["AccountsLock"], pgx.NamedArgs{"ids": unbilled})),
+				func(row pgx.CollectableRow) (a lockedAccount, err error) {
+					return a, row.Scan(&a.id, &a.lastSeq, &a.balance, &a.held)
+				})
+			if err != nil {
+				return err
+			}
 			// The bench's accounts are roots: each is its own tree, as the reconciler describes it.
 			var locked, parents []string
 			var depths []int32
 			var available []int64
-			lockRows := mustQuery(tx.Query(ctx, q["AccountsLock"], pgx.NamedArgs{"ids": unbilled}))
-			for lockRows.Next() {
-				var account string
-				var lastSeq, balance, held int64
-				if err := lockRows.Scan(&account, &lastSeq, &balance, &held); err != nil {
-					return err
-				}
-				locked, parents = append(locked, account), append(parents, "")
-				depths, available = append(depths, 0), append(available, balance-held)
-			}
-			if err := lockRows.Err(); err != nil {
-				return err
+			for _, a := range lockedRows {
+				locked, parents = append(locked, a.id), append(parents, "")
+				depths, available = append(depths, 0), append(available, a.balance-a.held)
 			}
 			rows, err := tx.Query(ctx, q["LedgerAppendForDecisions"], pgx.NamedArgs{
 				"after_seq": after, "upto_seq": upto, "account_ids": locked,
