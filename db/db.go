@@ -21,11 +21,18 @@ type Option func(*poolConfig)
 type poolConfig = pgxpool.Config
 
 // Open returns a pool for databaseURL after checking that the database answers, sized as the URL
-// says (pool_max_conns) or by pgxpool's default unless WithMaxConns says otherwise.
+// says (pool_max_conns) or by pgxpool's default unless WithMaxConns says otherwise. Its sessions
+// run with jit off unless the URL names jit itself: onceledger's statements are short, and the
+// planner's estimates for the billing statement's chained CTEs (rows multiplied at each self-join,
+// 10^26 at the last) cross jit_above_cost, so PostgreSQL would spend 2–3 s compiling a statement
+// that runs in about one.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if _, named := cfg.ConnConfig.RuntimeParams["jit"]; !named {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	for _, o := range opts {
 		o(cfg)

@@ -119,12 +119,7 @@ func (o options) measure(ctx context.Context, citus bool, getenv func(string) st
 	if err := migrate(ctx, o.bin, env); err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = maxConcurrency
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := db.Open(ctx, databaseURL, db.WithMaxConns(maxConcurrency))
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +262,7 @@ func (b *bench) postings(ctx context.Context, d time.Duration) {
 	// One transaction per posting runs twice: on as many connections as callers (the lock queue grows
 	// with them) and on pgxpool's default pool (four connections here), which queues callers in the
 	// pool instead and is the faster of the two: the baseline group commit is measured against.
-	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	serverPool, err := db.Open(ctx, b.databaseURL)
 	if err != nil {
 		b.rows = append(b.rows, row{result: result{workload: "postings hot", errors: 1, firstErr: err.Error()}})
 		return
@@ -359,7 +354,7 @@ func (b *bench) pools(ctx context.Context, d time.Duration) {
 	fail := func(err error) {
 		b.rows = append(b.rows, row{result: result{workload: label, errors: 1, firstErr: err.Error()}})
 	}
-	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	serverPool, err := db.Open(ctx, b.databaseURL)
 	if err != nil {
 		fail(err)
 		return
@@ -420,7 +415,7 @@ type authorisationRows struct {
 // commit) and given limits: one transaction each, group commit, and through the API.
 func (b *bench) authorisations(ctx context.Context, d time.Duration, label, prefix string, spending db.HoldRequest, limits map[string]db.LimitDefinition) (authorisationRows, error) {
 	const c = 64
-	serverPool, err := pgxpool.New(ctx, b.databaseURL)
+	serverPool, err := db.Open(ctx, b.databaseURL)
 	if err != nil {
 		return authorisationRows{}, err
 	}
