@@ -46,8 +46,11 @@ type options struct {
 	bin      string
 	duration time.Duration
 	accounts int
-	dataDir  string
-	citus    bool
+	// billingSamples is how many times each billing benchmark runs: its row is their median, since
+	// one pass of a minute moves by a fifth between runs on a shared machine.
+	billingSamples int
+	dataDir        string
+	citus          bool
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -59,10 +62,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each workload runs")
 	fs.StringVar(&o.only, "only", "", "run only the workloads of these families (comma-separated): webhook, webhook-group, postings, holds, limits, pools, notify, tracing, statement, billing")
 	fs.IntVar(&o.accounts, "accounts", 10_000, "accounts the webhook workloads spread top-ups over")
+	fs.IntVar(&o.billingSamples, "billing-samples", 3, "passes of each billing benchmark (each bills 1,000,000 decisions), a billing row being their median")
 	fs.BoolVar(&o.citus, "citus", false, "run the workloads on the machine's PostgreSQL, then on a local Citus cluster (a "+
 		"coordinator and two workers on this machine: the coordination cost, not the scale gain), and print them side by side")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.billingSamples < 1 {
+		return fmt.Errorf("-billing-samples must be at least 1, not %d", o.billingSamples)
 	}
 	if o.quick {
 		o.duration = 300 * time.Millisecond
@@ -463,10 +470,6 @@ func (b *bench) authorisations(ctx context.Context, d time.Duration, label, pref
 // (BenchmarkReread), compared with the first. Each reports decisions/s.
 const billingBenchmark = "^Benchmark(Billing(Holds)?|Reread)$"
 
-// billingSamples is how many times each billing benchmark runs: its row is their median, since one
-// pass of a minute moves by a fifth between runs on a shared machine.
-const billingSamples = 3
-
 // lotsBenchmark is the first billing pass over 1,000 accounts that hold 1, 5 or 50 open credit lots
 // each, or none (all debt), next to the same pass with the lots trigger disabled (BenchmarkBillingLots).
 // Its five passes take as long as the others together, so it runs once.
@@ -474,7 +477,7 @@ const lotsBenchmark = "^BenchmarkBillingLots$"
 
 var billingLine = regexp.MustCompile(`^Benchmark(Billing|BillingHolds|BillingLots|Reread)/accounts=(\d+)/(reconciler|baseline|lots=\d+|debt)\S*\s.*?([0-9.e+]+) decisions/s`)
 
-// billing runs the reconciler's benchmarks billingSamples times (`go test` in internal/reconcile/) and turns the
+// billing runs the reconciler's benchmarks -billing-samples times (`go test` in internal/reconcile/) and turns the
 // median of each rate into a row of the table, each reconciler row next to its baseline.
 func (b *bench) billing(ctx context.Context) {
 	if b.o.citus {
@@ -493,7 +496,7 @@ func (b *bench) billing(ctx context.Context) {
 	for _, run := range []struct {
 		bench   string
 		samples int
-	}{{billingBenchmark, billingSamples}, {lotsBenchmark, 1}} {
+	}{{billingBenchmark, b.o.billingSamples}, {lotsBenchmark, 1}} {
 		cmd := exec.CommandContext(ctx, "go", "test", "-count", strconv.Itoa(run.samples), "-run", "^$",
 			"-bench", run.bench, "-benchtime", "1x", "./internal/reconcile")
 		o, err := cmd.CombinedOutput()
@@ -523,7 +526,7 @@ func (b *bench) billing(ctx context.Context) {
 		base := median("billing, "+accounts.label+", direct SQL", "Billing"+accounts.key+"/baseline")
 		reconciler := median("billing, "+accounts.label, "Billing"+accounts.key+"/reconciler")
 		b.add(base, nil)
-		b.rows = append(b.rows, row{result: reconciler, baseline: &base, note: fmt.Sprintf("decisions/s, median of %d passes (as every billing row)", billingSamples)})
+		b.rows = append(b.rows, row{result: reconciler, baseline: &base, note: fmt.Sprintf("decisions/s, median of %d passes (as every billing row)", b.o.billingSamples)})
 		if accounts.key == "1000" {
 			withHolds := median("billing with holds, 1,000 accounts", "BillingHolds1000/reconciler")
 			b.rows = append(b.rows, row{result: withHolds, baseline: &reconciler, note: "ratio vs billing without holds: every decision also captures its hold"})
