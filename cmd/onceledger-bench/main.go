@@ -477,6 +477,14 @@ const lotsBenchmark = "^BenchmarkBillingLots$"
 
 var billingLine = regexp.MustCompile(`^Benchmark(Billing|BillingHolds|BillingLots|Reread)/accounts=(\d+)/(reconciler|baseline|lots=\d+|debt)\S*\s.*?([0-9.e+]+) decisions/s`)
 
+// passes says what a billing row of n passes is.
+func passes(n int) string {
+	if n == 1 {
+		return "one pass"
+	}
+	return fmt.Sprintf("median of %d passes", n)
+}
+
 // billing runs the reconciler's benchmarks -billing-samples times (`go test` in internal/reconcile/) and turns the
 // median of each rate into a row of the table, each reconciler row next to its baseline.
 func (b *bench) billing(ctx context.Context) {
@@ -526,7 +534,7 @@ func (b *bench) billing(ctx context.Context) {
 		base := median("billing, "+accounts.label+", direct SQL", "Billing"+accounts.key+"/baseline")
 		reconciler := median("billing, "+accounts.label, "Billing"+accounts.key+"/reconciler")
 		b.add(base, nil)
-		b.rows = append(b.rows, row{result: reconciler, baseline: &base, note: fmt.Sprintf("decisions/s, median of %d passes (as every billing row)", b.o.billingSamples)})
+		b.rows = append(b.rows, row{result: reconciler, baseline: &base, note: "decisions/s, "+passes(b.o.billingSamples)+" (as every billing row)"})
 		if accounts.key == "1000" {
 			withHolds := median("billing with holds, 1,000 accounts", "BillingHolds1000/reconciler")
 			b.rows = append(b.rows, row{result: withHolds, baseline: &reconciler, note: "ratio vs billing without holds: every decision also captures its hold"})
