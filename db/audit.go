@@ -65,6 +65,11 @@ func (a *AuditTrail) commit(_ string, _ *struct{}, group []*groupMember[AuditRec
 
 // RecordAudit appends recs in one statement, on q: the pool, or the transaction of the effect they record.
 func RecordAudit(ctx context.Context, q Conn, recs ...AuditRecord) error {
+	return auditInsert(ctx, dbsqlc.New(q), recs)
+}
+
+// auditInsert appends recs in one statement on q (a pipelined step's too).
+func auditInsert(ctx context.Context, q *dbsqlc.Queries, recs []AuditRecord) error {
 	p := dbsqlc.AuditLogInsertParams{
 		AccountIDs:  make([]string, len(recs)),
 		KeyNames:    make([]string, len(recs)),
@@ -78,7 +83,7 @@ func RecordAudit(ctx context.Context, q Conn, recs ...AuditRecord) error {
 		p.AccountIDs[i], p.KeyNames[i], p.Actions[i], p.TargetIDs[i] = r.AccountID, r.KeyName, r.Action, r.TargetID
 		p.Statuses[i], p.Outcomes[i], p.RemoteAddrs[i] = int16(r.Status), r.Outcome, r.RemoteAddr
 	}
-	if err := dbsqlc.New(q).AuditLogInsert(ctx, p); err != nil {
+	if err := q.AuditLogInsert(ctx, p); err != nil {
 		return fmt.Errorf("record %d audit records: %w", len(recs), MapError(err))
 	}
 	return nil
@@ -136,6 +141,16 @@ func (p *PendingAudit) markReplay() {
 // writes (nil ones, and those written already, are skipped), and returns those it appended, to be
 // marked written (markWritten) once tx has committed.
 func recordEffects(ctx context.Context, tx Conn, ps ...*PendingAudit) ([]*PendingAudit, error) {
+	recs, appended := effectRecords(ps)
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	return appended, RecordAudit(ctx, tx, recs...)
+}
+
+// effectRecords returns the records recordEffects appends for ps, outcome "ok", and the pending
+// records they are.
+func effectRecords(ps []*PendingAudit) ([]AuditRecord, []*PendingAudit) {
 	var (
 		recs     []AuditRecord
 		appended []*PendingAudit
@@ -148,10 +163,7 @@ func recordEffects(ctx context.Context, tx Conn, ps ...*PendingAudit) ([]*Pendin
 		rec.Outcome = "ok"
 		recs, appended = append(recs, rec), append(appended, p)
 	}
-	if len(recs) == 0 {
-		return nil, nil
-	}
-	return appended, RecordAudit(ctx, tx, recs...)
+	return recs, appended
 }
 
 // markWritten marks ps written: their transaction committed.

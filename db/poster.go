@@ -182,11 +182,11 @@ func lostLockRace(err error) bool {
 
 // postGroup runs one group in one transaction and returns each member's outcome, in group order, the
 // balance the group left, and the pending records (PendingAudit) of the members it posted, appended in
-// one statement before the commit. With from known, the group is planned on that balance and its append is
-// sent with BEGIN, in one round trip; when the append returns no row (the balance is no longer from, the
-// account is gone, or every key it meant to insert was taken), the row is locked and the group planned
-// again in the same transaction. Without from, BEGIN and the lock go in one round trip, then the plan
-// and the append. With readKeys, the entries already posted under the group's keys are read first, so
+// one statement before the commit. With from known, the group is planned on that balance and its append
+// is sent with BEGIN and its records, in one round trip; when the append returns no row (the balance is
+// no longer from, the account is gone, or every key it meant to insert was taken), that transaction rolls
+// back and the group is planned again on the locked row. Without from, BEGIN and the lock go in one round
+// trip, then the plan, the append and the records. With readKeys, the entries already posted under the group's keys are read first, so
 // that replays and conflicts are planned as such; without, every key is assumed new and a taken one
 // (left out by the append) rolls the group back with errRegroup. Skipping the read keeps the common case
 // at one statement per step.
@@ -198,6 +198,7 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		rows    []dbsqlc.LedgerAppendRow
 		onLast  = from.known && !readKeys
 		stmtErr error
+		audited []*PendingAudit // the records sent with the append on the remembered balance
 	)
 	if onLast {
 		plan = planGroup(group, from.balance, nil)
@@ -208,22 +209,28 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 		start, stmtErr = lockGroupAccount(ctx, q, account)
 		return stmtErr
 	}
-	first := lock
+	steps := []step{lock}
 	if onLast {
 		arg := l.appendArgs(plan.postings(group), &from.balance)
-		first = func(q *dbsqlc.Queries) error {
+		steps = []step{func(q *dbsqlc.Queries) error {
 			rows, stmtErr = q.LedgerAppend(ctx, arg)
 			return stmtErr
+		}}
+		// The records of the members it posts go in the same round trip: after a failed append
+		// PostgreSQL skips them, and an append that posted nothing rolls them back below.
+		if recs, appended := effectRecords(plan.effects(group)); len(recs) > 0 {
+			steps = append(steps, func(q *dbsqlc.Queries) error { return auditInsert(ctx, q, recs) })
+			audited = appended
 		}
 	}
-	tx, _, err := beginPipelined(ctx, l.pool, 0, []step{first})
+	tx, errs, err := beginPipelined(ctx, l.pool, 0, steps)
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	committing := false
+	ended := false
 	defer func() {
 		// Every way out but the commit below rolls back, a panic included.
-		if !committing {
+		if !ended {
 			_ = endPipelined(ctx, tx, false)
 		}
 	}()
@@ -231,9 +238,14 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 
 	if onLast && stmtErr == nil && len(rows) == 0 {
 		// The balance moved since the previous group, the account is gone, or every key was taken
-		// meanwhile (the append on the locked row then finds that, as without a remembered balance).
-		onLast = false
-		_ = lock(q)
+		// meanwhile: the group is planned again on the locked row (as without a remembered balance),
+		// in a transaction of its own, without the records sent with the append.
+		ended = true
+		_ = endPipelined(ctx, tx, false)
+		return l.postGroup(ctx, group, false, lastBalance{})
+	}
+	if onLast && stmtErr == nil && len(errs) > 1 && errs[1] != nil {
+		return nil, 0, nil, errs[1]
 	}
 	if !onLast {
 		if errors.Is(stmtErr, errNoAccount) {
@@ -268,15 +280,12 @@ func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, 
 	if err := l.inserted(ctx, tx, entries); err != nil {
 		return nil, 0, nil, err
 	}
-	effects := make([]*PendingAudit, len(plan.insert))
-	for k, i := range plan.insert {
-		effects[k] = PendingAuditOf(group[i].ctx)
+	if !onLast {
+		if audited, err = recordEffects(ctx, tx, plan.effects(group)...); err != nil {
+			return nil, 0, nil, err
+		}
 	}
-	audited, err := recordEffects(ctx, tx, effects...)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	committing = true
+	ended = true
 	if err := endPipelined(ctx, tx, true); err != nil {
 		return nil, 0, nil, err
 	}
@@ -367,6 +376,15 @@ func (plan groupPlan) refusedKeys(group []*member) []string {
 		}
 	}
 	return keys
+}
+
+// effects are the pending records (PendingAudit) of the members plan inserts, in order.
+func (plan groupPlan) effects(group []*member) []*PendingAudit {
+	effects := make([]*PendingAudit, len(plan.insert))
+	for k, i := range plan.insert {
+		effects[k] = PendingAuditOf(group[i].ctx)
+	}
+	return effects
 }
 
 // planGroup is the sequence of single postings, replayed in memory: each member sees the balance

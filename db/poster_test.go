@@ -21,21 +21,31 @@ import (
 // postAllAtOnce posts every posting from its own goroutine, released together, and returns each
 // caller's answer in the order of postings.
 func postAllAtOnce(poster *db.Ledger, postings []db.Posting) ([]db.Posted, []error) {
+	outs, errs, _ := postAllAtOnceAudited(poster, postings)
+	return outs, errs
+}
+
+// postAllAtOnceAudited is postAllAtOnce for requests that carry their pending audit records
+// (requestBy), returned in the order of postings.
+func postAllAtOnceAudited(poster *db.Ledger, postings []db.Posting) ([]db.Posted, []error, []*db.PendingAudit) {
 	outs := make([]db.Posted, len(postings))
 	errs := make([]error, len(postings))
+	pending := make([]*db.PendingAudit, len(postings))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, p := range postings {
+		var ctx context.Context
+		ctx, pending[i] = requestBy("ops", p.AccountID)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			outs[i], errs[i] = poster.PostGrouped(context.Background(), p)
+			outs[i], errs[i] = poster.PostGrouped(ctx, p)
 		}()
 	}
 	close(start)
 	wg.Wait()
-	return outs, errs
+	return outs, errs, pending
 }
 
 // fundedAccount creates account holding amount, topped up once.
@@ -491,6 +501,8 @@ func TestPosterGroupPlannedOnABalanceMovedWhileItWaits(t *testing.T) {
 // The Poster remembers the balance each group left while the account stays busy: a posting by another
 // path between two bursts moves it, and the second burst still commits as one transaction, chained from
 // the balance the account really had (posted one by one, as after a failed group, it would take eight).
+// The records of its requests, sent with its first append on the remembered balance, roll back with
+// it: each request is recorded once.
 func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -504,12 +516,17 @@ func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
 		for i := range 8 {
 			ps = append(ps, adjustment(acct, fmt.Sprintf("api:%s:%s%d", acct, name, i), 10))
 		}
-		outs, errs := postAllAtOnce(poster, ps)
+		outs, errs, pending := postAllAtOnceAudited(poster, ps)
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("%s burst: %v", name, err)
 		}
 		if n := transactions(t, pool, acct, name); n != 1 {
 			t.Fatalf("the %s burst committed in %d transactions, want one", name, n)
+		}
+		for i, p := range pending {
+			if !p.Written() {
+				t.Fatalf("%s burst: the record of posting %d was not written with it", name, i)
+			}
 		}
 		return outs
 	}
@@ -528,5 +545,8 @@ func TestPosterBalanceMovedBetweenGroups(t *testing.T) {
 	}
 	if b := balance(t, pool, acct); b != running {
 		t.Fatalf("balance %d, want %d", b, running)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM audit_log WHERE account_id = $1 AND outcome = 'ok'`, acct); n != 16 {
+		t.Fatalf("%d records of the two bursts' 16 requests, want one each", n)
 	}
 }
