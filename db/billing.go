@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
@@ -136,14 +139,15 @@ func (l *Ledger) BillChunk(ctx context.Context, afterSeq, lastSeq int64, size in
 }
 
 // billUsage runs LedgerAppendForDecisions for the locked accounts in a savepoint, so that the statement
-// failing with ErrOutOfRange leaves the chunk's transaction usable.
+// failing with ErrOutOfRange leaves the chunk's transaction usable. The statement is planned for the
+// chunk it is given (plannedForItsValues): its arrays hold a chunk's accounts and their pools.
 func billUsage(ctx context.Context, tx Tx, afterSeq, uptoSeq int64, locked []string, tree lockedTree) ([]Entry, error) {
 	if len(locked) == 0 {
 		return nil, nil
 	}
 	var entries []Entry
 	err := InTx(ctx, tx, func(sp Tx) error {
-		rows, err := dbsqlc.New(sp).LedgerAppendForDecisions(ctx, dbsqlc.LedgerAppendForDecisionsParams{
+		rows, err := dbsqlc.New(plannedForItsValues{sp}).LedgerAppendForDecisions(ctx, dbsqlc.LedgerAppendForDecisionsParams{
 			AfterSeq: afterSeq, UptoSeq: uptoSeq, AccountIDs: locked,
 			TreeIDs: tree.ids, TreeParents: tree.parents, TreeDepths: tree.depths, TreeAvailable: tree.available,
 		})
@@ -182,4 +186,24 @@ func UnbillableAccounts(ctx context.Context, q Conn, afterSeq, uptoSeq int64) ([
 		out[i] = Unbillable{AccountID: r.AccountID, Decisions: r.Decisions, TotalCost: r.TotalCost, FirstSeq: r.FirstSeq}
 	}
 	return out, nil
+}
+
+// plannedForItsValues runs q's queries as unnamed statements (pgx.QueryExecModeExec), which PostgreSQL
+// plans for the values each run is given. A statement pgx prepares by name settles after five runs on a
+// generic plan, which guesses every array parameter at ten elements: given a chunk's thousand accounts,
+// billing's generic plan joined them to the chunk's decisions by a nested loop (ten million comparisons a
+// chunk, about half its time), where each run's own plan hashes them. One plan a chunk costs a few
+// milliseconds; the statements of the functions it calls keep their cached plans.
+type plannedForItsValues struct{ q Conn }
+
+func (p plannedForItsValues) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return p.q.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+}
+
+func (p plannedForItsValues) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return p.q.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+}
+
+func (p plannedForItsValues) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return p.q.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
 }

@@ -131,7 +131,8 @@ func billDirectly(tb testing.TB, pool *pgxpool.Pool) int64 {
 				locked, parents = append(locked, a.id), append(parents, "")
 				depths, available = append(depths, 0), append(available, a.balance-a.held)
 			}
-			rows, err := tx.Query(ctx, q["LedgerAppendForDecisions"], pgx.NamedArgs{
+			// Planned for each chunk's values, as the reconciler runs it (db.plannedForItsValues).
+			rows, err := tx.Query(ctx, q["LedgerAppendForDecisions"], pgx.QueryExecModeExec, pgx.NamedArgs{
 				"after_seq": after, "upto_seq": upto, "account_ids": locked,
 				"tree_ids": locked, "tree_parents": parents, "tree_depths": depths, "tree_available": available,
 			})
