@@ -186,10 +186,10 @@ func lostLockRace(err error) bool {
 // is sent with BEGIN and its records, in one round trip; when the append returns no row (the balance is
 // no longer from, the account is gone, or every key it meant to insert was taken), that transaction rolls
 // back and the group is planned again on the locked row. Without from, BEGIN and the lock go in one round
-// trip, then the plan, the append and the records. With readKeys, the entries already posted under the group's keys are read first, so
-// that replays and conflicts are planned as such; without, every key is assumed new and a taken one
-// (left out by the append) rolls the group back with errRegroup. Skipping the read keeps the common case
-// at one statement per step.
+// trip, then the plan, the append and the records. With readKeys, the entries already posted under the
+// group's keys are read first, so that replays and conflicts are planned as such; without, every key is
+// assumed new and a taken one (left out by the append) rolls the group back with errRegroup. Skipping
+// the read keeps the common case at one statement per step.
 func (l *Ledger) postGroup(ctx context.Context, group []*member, readKeys bool, from lastBalance) ([]outcome, int64, []*PendingAudit, error) {
 	account := group[0].req.AccountID
 	var (
