@@ -21,31 +21,42 @@ import (
 // postAllAtOnce posts every posting from its own goroutine, released together, and returns each
 // caller's answer in the order of postings.
 func postAllAtOnce(poster *db.Ledger, postings []db.Posting) ([]db.Posted, []error) {
-	outs, errs, _ := postAllAtOnceAudited(poster, postings)
-	return outs, errs
+	ctxs := make([]context.Context, len(postings))
+	for i := range ctxs {
+		ctxs[i] = context.Background()
+	}
+	return postEachAtOnce(poster, postings, ctxs)
 }
 
 // postAllAtOnceAudited is postAllAtOnce for requests that carry their pending audit records
 // (requestBy), returned in the order of postings.
 func postAllAtOnceAudited(poster *db.Ledger, postings []db.Posting) ([]db.Posted, []error, []*db.PendingAudit) {
+	ctxs := make([]context.Context, len(postings))
+	pending := make([]*db.PendingAudit, len(postings))
+	for i, p := range postings {
+		ctxs[i], pending[i] = requestBy("ops", p.AccountID)
+	}
+	outs, errs := postEachAtOnce(poster, postings, ctxs)
+	return outs, errs, pending
+}
+
+// postEachAtOnce posts postings[i] in ctxs[i], each from its own goroutine, released together.
+func postEachAtOnce(poster *db.Ledger, postings []db.Posting, ctxs []context.Context) ([]db.Posted, []error) {
 	outs := make([]db.Posted, len(postings))
 	errs := make([]error, len(postings))
-	pending := make([]*db.PendingAudit, len(postings))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, p := range postings {
-		var ctx context.Context
-		ctx, pending[i] = requestBy("ops", p.AccountID)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			outs[i], errs[i] = poster.PostGrouped(ctx, p)
+			outs[i], errs[i] = poster.PostGrouped(ctxs[i], p)
 		}()
 	}
 	close(start)
 	wg.Wait()
-	return outs, errs, pending
+	return outs, errs
 }
 
 // fundedAccount creates account holding amount, topped up once.
