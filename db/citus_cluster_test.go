@@ -431,3 +431,82 @@ func accountShardsTouched(t *testing.T, pool *pgxpool.Pool, commands []string) m
 	}
 	return ranges
 }
+
+// Restores of accounts of one shard in one call, from connections of their own: each restore's lot work
+// runs on the shard, in the trigger (ledger_lots_apply → lots_apply_entry). Citus names a distributed
+// subplan's result {plan}_{subplan}, with plan numbers counted per process, in a directory the whole
+// distributed transaction shares on every node; so a statement the trigger plans with a subplan can
+// replace the rows of a coordinator's subplan of the same name. A new connection numbers its plans from
+// the start on the coordinator and on the workers alike, and one of these calls lines the two up: with
+// 000024's restore (one statement of CTEs), ledger_append failed "row field count is 2, expected 6"
+// reading its planned rows back after the insert.
+func TestCitusShardTriggersPlanNoSubplans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Accounts on the shard of the first, each with a paid credit of 1000 refunded by 600.
+	const perCall = 8
+	var accounts []string
+	for i := 0; len(accounts) < perCall*(perCall+1)/2; i++ {
+		id := fmt.Sprintf("acct_restore_%03d", i)
+		var same bool
+		if err := pool.QueryRow(ctx, `SELECT get_shard_id_for_distribution_column('accounts', $1::text)
+			= get_shard_id_for_distribution_column('accounts', 'acct_restore_000'::text)`, id).Scan(&same); err != nil {
+			t.Fatal(err)
+		}
+		if !same {
+			continue
+		}
+		accounts = append(accounts, id)
+		if _, err := pool.Exec(ctx, `INSERT INTO accounts (id, currency) VALUES ($1, 'usd')`, id); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct {
+			kind   string
+			amount int64
+		}{{"topup", 1000}, {"refund", -600}} {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_append(ARRAY[$1], ARRAY[$2], ARRAY[$3::bigint], ARRAY[''],
+				ARRAY[$2 || ':' || $1], ARRAY['pi_' || $1])`, id, p.kind, p.amount).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("%s of %s: %d entries, %v", p.kind, id, n, err)
+			}
+		}
+	}
+
+	// Calls restoring 1, 2, ... 8 of them at once, each from a new connection.
+	rest := accounts
+	for n := 1; n <= perCall; n++ {
+		ids := rest[:n]
+		rest = rest[n:]
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var posted int
+		err = conn.QueryRow(ctx, `
+			SELECT count(*)
+			FROM ledger_append($1::text[], array_fill('refund_restore'::text, ARRAY[cardinality($1::text[])]),
+			                   array_fill(600::bigint, ARRAY[cardinality($1::text[])]),
+			                   array_fill(''::text, ARRAY[cardinality($1::text[])]),
+			                   ARRAY(SELECT 'restore:' || x FROM unnest($1::text[]) x),
+			                   ARRAY(SELECT 'pi_' || x FROM unnest($1::text[]) x),
+			                   p_reverses => ARRAY(SELECT 'refund:' || x FROM unnest($1::text[]) x))`, ids).Scan(&posted)
+		conn.Close(ctx)
+		if err != nil || posted != n {
+			t.Fatalf("restoring %d accounts of one shard in one call: %d entries, %v", n, posted, err)
+		}
+	}
+	var refills, refilled int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM lot_refills WHERE account_id LIKE 'acct_restore_%'`).
+		Scan(&refills, &refilled); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(accounts)); refills != want || refilled != 600*want {
+		t.Errorf("%d refills of %d credits, want %d of %d", refills, refilled, want, 600*want)
+	}
+}
