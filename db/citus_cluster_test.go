@@ -510,3 +510,82 @@ func TestCitusShardTriggersPlanNoSubplans(t *testing.T) {
 		t.Errorf("%d refills of %d credits, want %d of %d", refills, refilled, want, 600*want)
 	}
 }
+
+// claim_keys claims up to 1,000 keys with one INSERT … VALUES and more with an INSERT … SELECT: either
+// way a call returns the keys that are new and those its own account claimed before, never one another
+// account holds, and leaves every new key claimed for its account.
+func TestCitusClaimsAnswerAlikeAtAnySize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	claim := func(keys []string, account string) map[string]bool {
+		t.Helper()
+		accounts := make([]string, len(keys))
+		for i := range accounts {
+			accounts[i] = account
+		}
+		rows, err := pool.Query(ctx, `SELECT k FROM claim_keys($1::text[], $2::text[]) AS k`, keys, accounts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("claim %d keys: %v", len(keys), err)
+		}
+		claimed := map[string]bool{}
+		for _, k := range got {
+			claimed[k] = true
+		}
+		return claimed
+	}
+	for _, n := range []int{1, 3, 999, 1000, 1001, 2500} {
+		// A third of the keys claimed by acct_own before, a third by acct_other, a third new.
+		var own, other, fresh []string
+		for i := 0; i < n; i++ {
+			key := fmt.Sprintf("claim:%d:%d", n, i)
+			switch i % 3 {
+			case 0:
+				fresh = append(fresh, key)
+			case 1:
+				own = append(own, key)
+			default:
+				other = append(other, key)
+			}
+		}
+		if len(own) > 0 && len(claim(own, "acct_own")) != len(own) {
+			t.Fatalf("n=%d: acct_own's first claim", n)
+		}
+		if len(other) > 0 && len(claim(other, "acct_other")) != len(other) {
+			t.Fatalf("n=%d: acct_other's first claim", n)
+		}
+		all := append(append(append([]string{}, fresh...), own...), other...)
+		got := claim(all, "acct_own")
+		for _, k := range fresh {
+			if !got[k] {
+				t.Errorf("n=%d: new key %s not claimed", n, k)
+			}
+		}
+		for _, k := range own {
+			if !got[k] {
+				t.Errorf("n=%d: key %s, claimed by its own account before, not returned", n, k)
+			}
+		}
+		for _, k := range other {
+			if got[k] {
+				t.Errorf("n=%d: key %s, held by acct_other, claimed for acct_own", n, k)
+			}
+		}
+		if len(got) != len(fresh)+len(own) {
+			t.Errorf("n=%d: %d keys returned, want %d", n, len(got), len(fresh)+len(own))
+		}
+		var stored int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM dedupe_claims WHERE dedupe_key = ANY($1) AND account_id = 'acct_own'`,
+			fresh).Scan(&stored); err != nil || stored != len(fresh) {
+			t.Errorf("n=%d: %d of %d new keys stored for acct_own (%v)", n, stored, len(fresh), err)
+		}
+	}
+}

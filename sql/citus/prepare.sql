@@ -611,14 +611,31 @@ $$
 DECLARE
     claimed bigint;
 BEGIN
+    IF coalesce(cardinality(p_keys), 0) = 0 THEN
+        RETURN;
+    END IF;
     -- Counted from RETURNING: Citus reports the rows an INSERT ... SELECT read as its ROW_COUNT, inserted or not.
-    WITH fresh AS (
-        INSERT INTO dedupe_claims AS c (dedupe_key, account_id)
-        SELECT k.key, k.account_id FROM unnest(p_keys, p_account_ids) AS k (key, account_id)
-        ON CONFLICT (dedupe_key) DO NOTHING
-        RETURNING c.dedupe_key
-    )
-    SELECT count(*) INTO claimed FROM fresh;
+    IF cardinality(p_keys) <= 1000 THEN
+        -- The keys as the rows of one INSERT ... VALUES: Citus sends each shard its rows as a statement of
+        -- its own. An INSERT ... SELECT from the arrays runs through the coordinator instead, writing
+        -- intermediate results on the workers: measured on the local cluster, 23 ms for one key or for 32
+        -- (a posting, a group), against 1 to 4 ms this way. Literals, not $1[i]: Citus evaluates the rows'
+        -- parameters per shard, 30 ms for 128 keys; with literals 1,000 keys take as long as the SELECT,
+        -- which is cheaper beyond (a billing chunk's keys). Sorted: concurrent claims take keys in one order.
+        EXECUTE 'WITH fresh AS (INSERT INTO dedupe_claims AS c (dedupe_key, account_id) VALUES '
+             || (SELECT string_agg(format('(%L, %L)', k.key, k.account_id), ', ' ORDER BY k.key)
+                 FROM unnest(p_keys, p_account_ids) AS k (key, account_id))
+             || ' ON CONFLICT (dedupe_key) DO NOTHING RETURNING c.dedupe_key) SELECT count(*) FROM fresh'
+        INTO claimed;
+    ELSE
+        WITH fresh AS (
+            INSERT INTO dedupe_claims AS c (dedupe_key, account_id)
+            SELECT k.key, k.account_id FROM unnest(p_keys, p_account_ids) AS k (key, account_id)
+            ON CONFLICT (dedupe_key) DO NOTHING
+            RETURNING c.dedupe_key
+        )
+        SELECT count(*) INTO claimed FROM fresh;
+    END IF;
     IF claimed = coalesce(cardinality(p_keys), 0) THEN
         RETURN QUERY SELECT unnest(p_keys);
         RETURN;
