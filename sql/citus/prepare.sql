@@ -637,7 +637,7 @@ BEGIN
         )
         SELECT count(*) INTO claimed FROM fresh;
     END IF;
-    IF claimed = coalesce(cardinality(p_keys), 0) THEN
+    IF claimed = cardinality(p_keys) THEN
         RETURN QUERY SELECT unnest(p_keys);
         RETURN;
     END IF;
