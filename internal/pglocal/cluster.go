@@ -25,11 +25,14 @@ const (
 // citusSettings load Citus into every node. A small machine runs all three nodes: 8 shards per table
 // (Citus's default is 32) keep a schema change and a multi-shard query to a few connections per worker;
 // Citus opens connections between nodes, so each node allows more than the default 100, in plain text on
-// loopback (its default asks for TLS, which these private clusters do not set up). Every database with
-// the extension has a maintenance daemon, a background worker (two-phase commit recovery, distributed
-// deadlock detection): tests run many databases at once, each needing one.
+// loopback (its default asks for TLS, which these private clusters do not set up). A statement runs its
+// shards over one connection per worker: with Citus's default (up to 16), a webhook delivery's reads over
+// every shard opened a new worker backend per delivery and worker, which the transaction's end closed
+// again (only one is cached), and the process start-ups took the two cores (docs/scaling.md measures
+// both). Every database with the extension has a maintenance daemon, a background worker (two-phase
+// commit recovery, distributed deadlock detection): tests run many databases at once, each needing one.
 var citusSettings = []string{"shared_preload_libraries=citus", "max_connections=300", "citus.shard_count=8",
-	"citus.node_conninfo=sslmode=disable", "max_worker_processes=64"}
+	"citus.max_adaptive_executor_pool_size=1", "citus.node_conninfo=sslmode=disable", "max_worker_processes=64"}
 
 // Cluster is a running Citus cluster: the maintenance URL of its coordinator and of each worker.
 type Cluster struct {
