@@ -31,8 +31,12 @@ const (
 // again (only one is cached), and the process start-ups took the two cores (docs/scaling.md measures
 // both). Every database with the extension has a maintenance daemon, a background worker (two-phase
 // commit recovery, distributed deadlock detection): tests run many databases at once, each needing one.
+// JIT is off on every node, as db.Open turns it off in the service's own sessions: the tasks of a
+// distributed statement run in the sessions Citus opens to the nodes, with the nodes' settings, and a
+// billing chunk's tasks were compiled there (about a sixth of a pass, docs/scaling.md).
 var citusSettings = []string{"shared_preload_libraries=citus", "max_connections=300", "citus.shard_count=8",
-	"citus.max_adaptive_executor_pool_size=1", "citus.node_conninfo=sslmode=disable", "max_worker_processes=64"}
+	"citus.max_adaptive_executor_pool_size=1", "citus.node_conninfo=sslmode=disable", "max_worker_processes=64",
+	"jit=off"}
 
 // Cluster is a running Citus cluster: the maintenance URL of its coordinator and of each worker.
 type Cluster struct {
