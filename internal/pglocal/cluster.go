@@ -28,8 +28,8 @@ const (
 // loopback (its default asks for TLS, which these private clusters do not set up). A statement runs its
 // shards over one connection per worker: with Citus's default (up to 16), a webhook delivery's reads over
 // every shard opened a new worker backend per delivery and worker, which the transaction's end closed
-// again (only one is cached), and the process start-ups took the two cores (docs/scaling.md measures
-// both). Every database with the extension has a maintenance daemon, a background worker (two-phase
+// again (only one is cached), and half of the two cores' time went to the kernel (docs/scaling.md
+// measures both). Every database with the extension has a maintenance daemon, a background worker (two-phase
 // commit recovery, distributed deadlock detection): tests run many databases at once, each needing one.
 // JIT is off on every node, as db.Open turns it off in the service's own sessions: the tasks of a
 // distributed statement run in the sessions Citus opens to the nodes, with the nodes' settings, and a
