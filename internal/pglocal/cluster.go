@@ -23,7 +23,7 @@ const (
 )
 
 // citusSettings load Citus into every node. A small machine runs all three nodes: 8 shards per table
-// (Citus's default is 32) keep a schema change and a multi-shard query to a few connections per worker;
+// (Citus's default is 32) keep a schema change and a multi-shard query to a few tasks per worker;
 // Citus opens connections between nodes, so each node allows more than the default 100, in plain text on
 // loopback (its default asks for TLS, which these private clusters do not set up). A statement runs its
 // shards over one connection per worker: with Citus's default (up to 16), a webhook delivery's reads over
