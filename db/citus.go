@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -117,6 +118,9 @@ func distribute(ctx context.Context, config *pgx.ConnConfig) error {
 	if err := restorePeriodsForeignKey(ctx, conn); err != nil {
 		return err
 	}
+	if err := copyColumnOptionsToShards(ctx, conn); err != nil {
+		return err
+	}
 	// Functions left on the coordinator when their migrations ran (the tables were not distributed yet)
 	// that triggers on the shards call on the workers: ledger_lots calls lots_apply_entry, and
 	// accounts_available_watch moves the recharge status with the shards' names.
@@ -150,6 +154,48 @@ func restorePeriodsForeignKey(ctx context.Context, conn *pgx.Conn) error {
 	} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("restore revenue_period_balances_period_fk: %w", err)
+		}
+	}
+	return nil
+}
+
+// copyColumnOptionsToShards gives every shard of a distributed table the planner's column options
+// (n_distinct, n_distinct_inherited) its table has on the coordinator, such as the ledger's estimate
+// of entries per account (migration 000031): PostgreSQL plans a shard's statements on the worker with
+// the shard's own options, and Citus gives a new shard its table's columns, storage and statistics
+// targets but not these, nor hands an ALTER COLUMN … SET (…) on to the shards. Setting an option
+// again is harmless; the step runs on every migrate up.
+func copyColumnOptionsToShards(ctx context.Context, conn *pgx.Conn) error {
+	// The planner's options only: a server may keep options of its own there (some builds stamp every
+	// column), which are not ours to copy.
+	rows, err := conn.Query(ctx, `
+		SELECT p.logicalrelid::regclass::text, format('ALTER TABLE %%s ALTER COLUMN %I SET (%s)', a.attname, string_agg(o, ', '))
+		FROM pg_dist_partition p
+		JOIN pg_attribute a ON a.attrelid = p.logicalrelid
+		CROSS JOIN unnest(a.attoptions) AS o
+		WHERE a.attnum > 0 AND NOT a.attisdropped
+		  AND split_part(o, '=', 1) IN ('n_distinct', 'n_distinct_inherited')
+		GROUP BY p.logicalrelid, a.attnum, a.attname
+		ORDER BY 1, a.attnum`)
+	if err != nil {
+		return fmt.Errorf("distribute: read column options: %w", err)
+	}
+	options, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (o [2]string, err error) {
+		return o, row.Scan(&o[0], &o[1])
+	})
+	if err != nil {
+		return fmt.Errorf("distribute: read column options: %w", err)
+	}
+	for _, o := range options {
+		// run_command_on_shards answers each shard's failure as a row, not as an error.
+		var failed *string
+		err := conn.QueryRow(ctx, `SELECT min(result) FROM run_command_on_shards($1::regclass, $2) WHERE NOT success`,
+			o[0], o[1]).Scan(&failed)
+		if err == nil && failed != nil {
+			err = errors.New(*failed)
+		}
+		if err != nil {
+			return fmt.Errorf("distribute: column options of %s's shards: %w", o[0], err)
 		}
 	}
 	return nil

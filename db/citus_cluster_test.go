@@ -99,6 +99,19 @@ func TestCitusDistributesTheSchema(t *testing.T) {
 	if seedIndex || !perAccount {
 		t.Errorf("ledger_dedupe_idx present=%t, ledger_account_dedupe_idx present=%t", seedIndex, perAccount)
 	}
+	// The ledger's estimate of entries per account (migration 000031) is on every shard, where the
+	// workers plan the shards' statements.
+	var shards, without int
+	err = pool.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE NOT success OR result <> 't')
+		FROM run_command_on_shards('ledger', $$SELECT 'n_distinct=-0.5' = ANY(attoptions) FROM pg_attribute
+		                                       WHERE attrelid = '%s'::regclass AND attname = 'account_id'$$)`).Scan(&shards, &without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shards == 0 || without > 0 {
+		t.Errorf("%d of the ledger's %d shards plan without the estimate of entries per account", without, shards)
+	}
 }
 
 // statements records the sqlc statements a pool runs, with their arguments, to EXPLAIN them after.

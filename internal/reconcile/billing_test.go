@@ -2,7 +2,9 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,6 +198,55 @@ func TestBillingStatementIsPlannedWithoutJIT(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Billing finds the decisions billed before by one probe of the dedupe index each, even when ANALYZE
+// read a young ledger of one entry per account: without migration 000031's estimate, the planner
+// probed every entry of the decision's account instead, a scan that the pass itself lengthens.
+func TestBillingProbesEachDecisionByItsKey(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	seedAccounts(t, pool, 1000)
+	seedDecisions(t, pool, 1, 10_000, 1000)
+	seedLots(t, pool, 1, 70)
+	ctx := context.Background()
+	probe := regexp.MustCompile(`Index (?:Only )?Scan using (\S+) on ledger\S* l\b`)
+	indexOfProbe := func(tx pgx.Tx) string {
+		t.Helper()
+		if _, err := tx.Exec(ctx, `ANALYZE ledger, decisions`); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN "+billingQueries(t)["DecisionsUnbilledByAccount"],
+			pgx.NamedArgs{"after_seq": 0, "upto_seq": 10_000})
+		lines, err := pgx.CollectRows(mustQuery(rows, err), pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		m := probe.FindStringSubmatch(plan)
+		if m == nil {
+			t.Fatalf("no index probe of the ledger in the plan:\n%s", plan)
+		}
+		return m[1]
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if index := indexOfProbe(tx); !strings.Contains(index, "dedupe_idx") {
+			t.Errorf("billing probes a decision's entry through %s, not the dedupe index", index)
+		}
+		// The hazard is real: with ANALYZE's own estimate of this ledger, the probe reads the account's.
+		if _, err := tx.Exec(ctx, `ALTER TABLE ledger ALTER COLUMN account_id RESET (n_distinct)`); err != nil {
+			return err
+		}
+		if index := indexOfProbe(tx); strings.Contains(index, "dedupe_idx") {
+			t.Errorf("with ANALYZE's estimate the probe keeps %s; this test no longer shows why the estimate is set", index)
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+}
+
+var errRollback = errors.New("rolled back")
 
 func TestBillingTwoReconcilersAtOnceBillEachDecisionOnce(t *testing.T) {
 	t.Parallel()

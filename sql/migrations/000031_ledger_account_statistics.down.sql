@@ -1,0 +1,16 @@
+-- Back to ANALYZE's own estimate of entries per account; on a Citus cluster, on the coordinator's table
+-- and on every shard of the ledger (the up's note says why each apart).
+
+SELECT set_config('citus.enable_ddl_propagation', 'off', true)
+WHERE EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus');
+
+ALTER TABLE ledger ALTER COLUMN account_id RESET (n_distinct);
+
+DO $$
+BEGIN
+    -- dedupe_claims is there once the distribute step has run (db.Distributed).
+    IF to_regclass('dedupe_claims') IS NOT NULL THEN
+        PERFORM run_command_on_shards('ledger', 'ALTER TABLE %s ALTER COLUMN account_id RESET (n_distinct)');
+    END IF;
+END
+$$;
