@@ -1,5 +1,6 @@
--- Back to ANALYZE's own estimate of entries per account; on a Citus cluster, on the coordinator's table
--- and on every shard of the ledger (the up's note says why each apart).
+-- Back to ANALYZE's own estimate of entries per account. On a Citus cluster, on the coordinator's table
+-- and then on every shard of the ledger: Citus refuses the change on a distributed table and gives it
+-- to no shard (see the up).
 
 SELECT set_config('citus.enable_ddl_propagation', 'off', true)
 WHERE EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus');
