@@ -9,7 +9,7 @@ import (
 	"github.com/onceledger/onceledger/db/internal/dbsqlc"
 )
 
-// AuditRecord is one row of the audit trail (audit_log, migration 000021): who did what, to which ids,
+// AuditRecord is one row of the audit trail (audit_log): who did what, to which ids,
 // and how it ended.
 type AuditRecord struct {
 	ID int64

@@ -57,8 +57,10 @@ var keyedTables = [][2]string{
 
 // referenceTables belong to the deployment, not to an account, and hold a few rows written rarely and
 // read by every report: Citus keeps a copy of each on every node (create_reference_table), so they need
-// no distribution column and their keys and foreign keys hold as on plain PostgreSQL. Closed periods
-// (migration 000025 says why); a table whose foreign key names another comes after it.
+// no distribution column and their keys and foreign keys hold as on plain PostgreSQL. Closed periods:
+// a dozen rows a month, joined by the reports with the account tables on any node (§15's rule, every
+// unique key holds the distribution column, is about distributed tables). A table whose foreign key
+// names another comes after it.
 var referenceTables = []string{
 	"revenue_periods",
 	"revenue_period_balances",
@@ -161,7 +163,7 @@ func restorePeriodsForeignKey(ctx context.Context, conn *pgx.Conn) error {
 
 // copyColumnOptionsToShards gives every shard of a distributed table the planner's column options
 // (n_distinct, n_distinct_inherited) its table has on the coordinator, such as the ledger's estimate
-// of entries per account (migration 000031): PostgreSQL plans a shard's statements on the worker with
+// of entries per account (n_distinct on ledger.account_id): PostgreSQL plans a shard's statements on the worker with
 // the shard's own options, and Citus gives a new shard its table's columns, storage and statistics
 // targets but not these, nor hands an ALTER COLUMN … SET (…) on to the shards. Setting an option
 // again is harmless; the step runs on every migrate up.

@@ -99,7 +99,7 @@ func TestCitusDistributesTheSchema(t *testing.T) {
 	if seedIndex || !perAccount {
 		t.Errorf("ledger_dedupe_idx present=%t, ledger_account_dedupe_idx present=%t", seedIndex, perAccount)
 	}
-	// The ledger's estimate of entries per account (migration 000031) is on every shard, where the
+	// The ledger's estimate of entries per account (n_distinct on account_id) is on every shard, where the
 	// workers plan the shards' statements.
 	var shards, without int
 	err = pool.QueryRow(ctx, `
@@ -451,7 +451,7 @@ func accountShardsTouched(t *testing.T, pool *pgxpool.Pool, commands []string) m
 // distributed transaction shares on every node; so a statement the trigger plans with a subplan can
 // replace the rows of a coordinator's subplan of the same name. A new connection numbers its plans from
 // the start on the coordinator and on the workers alike, and one of these calls lines the two up: with
-// 000024's restore (one statement of CTEs), ledger_append failed "row field count is 2, expected 6"
+// the restore of schema version 24 (one statement of CTEs), ledger_append failed "row field count is 2, expected 6"
 // reading its planned rows back after the insert.
 func TestCitusShardTriggersPlanNoSubplans(t *testing.T) {
 	t.Parallel()

@@ -12,7 +12,7 @@ import (
 
 // Credit lots (SPEC §12) are made, drawn, refilled and closed by the database itself: the trigger
 // ledger_lots applies every ledger insert to the lots of its accounts, under the account locks every
-// posting path takes (migrations 000009 and 000012), reading what each entry says (its lot terms, the lot
+// posting path takes (ledger_append), reading what each entry says (its lot terms, the lot
 // it takes, the reversal it undoes). Go reads lots and posts the entries that end them (expiry and void).
 
 // Lot categories.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -114,6 +115,9 @@ func (s statementwise) Run(migration io.Reader) error {
 // Up applies every migration not yet applied: ours, then on a database with the citus extension the
 // distribute step (citus.go), then River's. Already current is not an error.
 func (ms *Migrations) Up() error {
+	if err := ms.checkBaseline(); err != nil {
+		return err
+	}
 	if err := ms.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
@@ -193,6 +197,12 @@ func (ms *Migrations) Down(n int) error {
 	if n <= 0 {
 		return fmt.Errorf("migrate down: need a positive number of steps, got %d", n)
 	}
+	if err := ms.checkBaseline(); err != nil {
+		return err
+	}
+	if err := ms.checkBaselineDown(n); err != nil {
+		return err
+	}
 	if err := ms.m.Steps(-n); err != nil {
 		return fmt.Errorf("migrate down %d: %w", n, err)
 	}
@@ -216,20 +226,92 @@ func (ms *Migrations) Close() error {
 
 // LatestMigration is the highest version among the embedded migrations.
 func LatestMigration() (uint, error) {
-	names, err := fs.Glob(migrations.FS, "*.up.sql")
+	versions, err := embeddedVersions()
 	if err != nil {
 		return 0, err
 	}
-	var latest uint
+	return versions[len(versions)-1], nil
+}
+
+// ErrBeforeBaseline: the database's schema is at a version the baseline folded in (migration 000031
+// holds versions 1 to 31 as one file), so this binary has no step from it.
+var ErrBeforeBaseline = errors.New("schema is older than this binary's baseline")
+
+// checkBaseline refuses a database at a version below the first embedded migration, the baseline,
+// before anything runs: golang-migrate would fail on the missing file, saying less.
+func (ms *Migrations) checkBaseline() error {
+	version, dirty, versions, err := ms.position()
+	if err != nil {
+		return err
+	}
+	if version != 0 && version < versions[0] {
+		return fmt.Errorf("%w: the database is at %d (dirty=%t) and the baseline at %d; bring it to %d with a "+
+			"build of onceledger from before the baseline (docs/operating.md, \"Upgrading from before the baseline\"), "+
+			"then run migrate up again", ErrBeforeBaseline, version, dirty, versions[0], versions[0])
+	}
+	return nil
+}
+
+// ErrLedgerNotEmpty: migrate down would undo the baseline, which drops every table, and the ledger
+// holds entries. The baseline's down file refuses as well; checked here first, golang-migrate would
+// otherwise leave the refused step marked dirty.
+var ErrLedgerNotEmpty = errors.New("migrate down past the baseline drops every table, and the ledger holds entries: drop the database instead")
+
+// checkBaselineDown refuses n steps down that reach the baseline while the ledger holds an entry.
+func (ms *Migrations) checkBaselineDown(n int) error {
+	version, _, versions, err := ms.position()
+	if err != nil {
+		return err
+	}
+	// The steps down to just below the baseline: every embedded version applied so far.
+	applied := 0
+	for _, v := range versions {
+		if v <= version {
+			applied++
+		}
+	}
+	if applied == 0 || n < applied {
+		return nil
+	}
+	var entries bool
+	if err := ms.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM ledger)`).Scan(&entries); err != nil {
+		return fmt.Errorf("migrate down: look for ledger entries: %w", MapError(err))
+	}
+	if entries {
+		return fmt.Errorf("migrate down %d: %w", n, ErrLedgerNotEmpty)
+	}
+	return nil
+}
+
+// position is the database's version and the embedded migrations' versions, in order.
+func (ms *Migrations) position() (version uint, dirty bool, versions []uint, err error) {
+	if version, dirty, err = ms.Version(); err != nil {
+		return 0, false, nil, err
+	}
+	versions, err = embeddedVersions()
+	return version, dirty, versions, err
+}
+
+// embeddedVersions lists the embedded migrations' versions in order (never empty).
+func embeddedVersions() ([]uint, error) {
+	names, err := fs.Glob(migrations.FS, "*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	versions := make([]uint, 0, len(names))
 	for _, name := range names {
 		prefix, _, _ := strings.Cut(name, "_")
 		v, err := strconv.ParseUint(prefix, 10, 32)
 		if err != nil {
-			return 0, fmt.Errorf("migration %s: version is not a number", name)
+			return nil, fmt.Errorf("migration %s: version is not a number", name)
 		}
-		latest = max(latest, uint(v))
+		versions = append(versions, uint(v))
 	}
-	return latest, nil
+	if len(versions) == 0 {
+		return nil, errors.New("no migration embedded")
+	}
+	slices.Sort(versions)
+	return versions, nil
 }
 
 // ErrSchemaNotCurrent: the database's schema is older or newer than this binary's, or a migration

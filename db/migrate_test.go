@@ -2,9 +2,9 @@ package db_test
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io/fs"
-	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/onceledger/onceledger/db"
@@ -37,14 +37,16 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	}
 	defer pool.Close()
 	var leftovers []string
-	// River's job tables stay: Down reverts only ours.
+	// River's job tables stay: Down reverts only ours. So do an extension's objects (Citus's views).
 	rows, err := pool.Query(ctx, `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'public' AND c.relname NOT LIKE 'schema_migrations%' AND c.relname NOT LIKE 'river\_%'
 			AND c.relkind IN ('r', 'i', 'S', 'v')
+			AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
 		UNION ALL
 		SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = 'public' AND p.proname NOT LIKE 'river\_%'`)
+		WHERE n.nspname = 'public' AND p.proname NOT LIKE 'river\_%'
+			AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +66,10 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	}
 	if err := db.CheckSchema(ctx, pool); err != nil {
 		t.Fatalf("after up again: %v", err)
+	}
+	// On a cluster the tables are distributed again: down took the distribute step's objects too.
+	if distributed, err := db.Distributed(ctx, pool); err != nil || distributed != dbtest.OnCitus() {
+		t.Fatalf("after up again: distributed %t (%v), want %t", distributed, err, dbtest.OnCitus())
 	}
 }
 
@@ -89,10 +95,9 @@ func TestMigrationsUpIncludesRiver(t *testing.T) {
 	}
 }
 
-// Migration 000009 turns each account's balance into lots of the credits still unspent, the oldest
-// spent first, and a negative balance into the debt of its newest debits; verify finds the result
-// sound, and the next credit repays that debt oldest first.
-func TestMigrationCreditLotsBackfill(t *testing.T) {
+// A database at a version the baseline folded in is refused before anything runs, up or down, with
+// the way to upgrade it: this binary has no step from there.
+func TestMigrateRefusesADatabaseFromBeforeTheBaseline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.URL(t)
@@ -101,98 +106,74 @@ func TestMigrationCreditLotsBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	if err := ms.Down(stepsAbove(t, 8)); err != nil {
-		t.Fatalf("down to 000008, below the lots: %v", err)
+	// An empty schema that says it is at 17, as a database from before the baseline does.
+	if err := ms.Down(1); err != nil {
+		t.Fatalf("down to nothing: %v", err)
 	}
 	pool, err := db.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	// Accounts as schema 8 holds them (today's insert names columns of later migrations).
-	if _, err := pool.Exec(ctx, `INSERT INTO accounts (id, currency) VALUES ('rich', 'usd'), ('owing', 'usd')`); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, dirty) VALUES (17, false)`); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []db.Posting{
-		{AccountID: "rich", Kind: db.KindTopup, Amount: 100, DedupeKey: "t1"},
-		{AccountID: "rich", Kind: db.KindGrant, Amount: 50, DedupeKey: "g1"},
-		{AccountID: "rich", Kind: db.KindUsage, Amount: -120, DedupeKey: "u1"},
-		{AccountID: "rich", Kind: db.KindTopup, Amount: 80, DedupeKey: "t2"},
-		{AccountID: "owing", Kind: db.KindTopup, Amount: 10, DedupeKey: "t3"},
-		{AccountID: "owing", Kind: db.KindUsage, Amount: -25, DedupeKey: "u2"},
-		{AccountID: "owing", Kind: db.KindUsage, Amount: -5, DedupeKey: "u3"},
-	} {
-		postOnSchema8(t, pool, p)
-	}
-	if err := ms.Up(); err != nil {
-		t.Fatalf("up: %v", err)
-	}
 
-	lots, err := db.Lots(ctx, pool, "rich", true, 100)
-	if err != nil {
+	if err := ms.Up(); !errors.Is(err, db.ErrBeforeBaseline) || !strings.Contains(err.Error(), "Upgrading from before the baseline") {
+		t.Fatalf("migrate up from 17 = %v, want ErrBeforeBaseline naming the way to upgrade", err)
+	}
+	if err := ms.Down(1); !errors.Is(err, db.ErrBeforeBaseline) {
+		t.Fatalf("migrate down from 17 = %v, want ErrBeforeBaseline", err)
+	}
+	var (
+		version int
+		dirty   bool
+		ledger  bool
+	)
+	if err := pool.QueryRow(ctx, `SELECT version, dirty, to_regclass('ledger') IS NOT NULL FROM schema_migrations`).Scan(&version, &dirty, &ledger); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, l := range lots {
-		got = append(got, fmt.Sprintf("%s %d/%d", l.Category, l.Remaining, l.Amount))
-	}
-	// t1 was spent first, then 20 of the grant; t2 is whole.
-	if fmt.Sprint(got) != "[promotional 30/30 paid 80/80]" {
-		t.Fatalf("rich's lots: %v", got)
-	}
-	if lots, _ := db.Lots(ctx, pool, "owing", true, 100); len(lots) != 0 {
-		t.Fatalf("owing's lots: %+v", lots)
-	}
-	if d := debt(t, pool, "owing"); d != 20 {
-		t.Fatalf("owing's debt %d, want 20", d)
-	}
-	verifyClean(t, pool)
-
-	// The next credit repays u2's 15 (older) before u3's 5.
-	top := mustPost(t, pool, db.Posting{AccountID: "owing", Kind: db.KindTopup, Amount: 30, DedupeKey: "t4"})
-	lot := lotOf(t, pool, "owing", top)
-	var u2, u3 int64
-	if err := pool.QueryRow(ctx, `SELECT
-		(SELECT d.amount FROM lot_draws d JOIN ledger l ON l.id = d.entry_id WHERE l.dedupe_key = 'u2' AND d.lot_id = $1),
-		(SELECT d.amount FROM lot_draws d JOIN ledger l ON l.id = d.entry_id WHERE l.dedupe_key = 'u3' AND d.lot_id = $1)`, lot.ID).Scan(&u2, &u3); err != nil {
-		t.Fatal(err)
-	}
-	if u2 != 15 || u3 != 5 || lot.Remaining != 10 {
-		t.Fatalf("repaid u2 %d and u3 %d, %d left; want 15, 5 and 10", u2, u3, lot.Remaining)
-	}
-	verifyClean(t, pool)
-}
-
-// postOnSchema8 posts as the ledger of migration 000008 took entries (before the lots and the one road,
-// which the test migrates to afterwards): numbered from the locked account row.
-func postOnSchema8(t *testing.T, pool *db.Pool, p db.Posting) {
-	t.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO ledger (account_id, kind, amount, dedupe_key, seq, balance_after)
-		SELECT id, $2, $3, $4, last_seq + 1, balance + $3 FROM accounts WHERE id = $1 FOR NO KEY UPDATE`,
-		p.AccountID, p.Kind, p.Amount, p.DedupeKey)
-	if err != nil {
-		t.Fatalf("post %+v: %v", p, err)
+	if version != 17 || dirty || ledger {
+		t.Fatalf("after the refusals: version %d, dirty %t, ledger created %t; want 17, clean, nothing created", version, dirty, ledger)
 	}
 }
 
-// stepsAbove counts the migrations numbered above version: the steps down to it (numbers may skip, as
-// when a branch's migration is renumbered at merge).
-func stepsAbove(t *testing.T, version int) int {
-	t.Helper()
-	ups, err := fs.Glob(migrations.FS, "*.up.sql")
+// migrate down past the baseline drops every table, so it is refused while the ledger holds an entry,
+// and the refusal leaves the schema as it was, at its version and clean (nothing to force afterwards).
+func TestMigrateDownKeepsALedgerWithEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.URL(t)
+	pool, err := db.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := 0
-	for _, name := range ups {
-		n, err := strconv.Atoi(name[:6])
-		if err != nil {
-			t.Fatalf("migration %s: %v", name, err)
-		}
-		if n > version {
-			steps++
-		}
+	defer pool.Close()
+	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_kept", "usd", 100); err != nil {
+		t.Fatal(err)
 	}
-	return steps
+	ms, err := db.OpenMigrations(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	if err := ms.Down(1); !errors.Is(err, db.ErrLedgerNotEmpty) {
+		t.Fatalf("migrate down 1 over a ledger with entries = %v, want ErrLedgerNotEmpty", err)
+	}
+	if err := db.CheckSchema(ctx, pool); err != nil {
+		t.Fatalf("after the refusal: %v", err)
+	}
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct_kept'`).Scan(&balance); err != nil || balance != 100 {
+		t.Fatalf("the account after the refusal: balance %d, %v", balance, err)
+	}
+
+	// The baseline's down file refuses on its own too, for whoever runs it by hand.
+	down, err := fs.ReadFile(migrations.FS, "000031_baseline.down.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, string(down)); err == nil || !strings.Contains(err.Error(), "the ledger holds entries") {
+		t.Fatalf("the baseline's down file over a ledger with entries = %v, want its refusal", err)
+	}
 }

@@ -1,4 +1,4 @@
-// Package audit records requests in the audit trail (migration 000021): the API's mutating and refused
+// Package audit records requests in the audit trail (audit_log): the API's mutating and refused
 // requests and the console's actions, with the key's name, the route, the ids it named and how it
 // ended. A request that commits an effect has its record written in that transaction
 // (db.PendingAudit); Record writes the others, after the answer (db.AuditTrail).

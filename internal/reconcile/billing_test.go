@@ -199,7 +199,7 @@ func TestBillingStatementIsPlannedWithoutJIT(t *testing.T) {
 }
 
 // Billing finds the decisions billed before by one probe of the dedupe index each, even when ANALYZE
-// read a young ledger of one entry per account: without migration 000031's estimate, the planner
+// read a young ledger of one entry per account: without the ledger's n_distinct on account_id, the planner
 // probed every entry of the decision's account instead, a scan that the pass itself lengthens.
 func TestBillingProbesEachDecisionByItsKey(t *testing.T) {
 	t.Parallel()

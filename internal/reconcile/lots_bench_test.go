@@ -13,8 +13,8 @@ import (
 
 // Billing rate of a first pass over 1,000,000 decisions (100,000 with -short) on 1,000 accounts that
 // each hold 1, 5 or 50 open credit lots, sized so that the pass drains them all in draw order, next to
-// the same pass with the lots trigger disabled (lots=0: billing without lots, as before migration
-// 000009). SPEC §12 asks billing with lots to stay at 0.5x or better. debt: accounts with no credit
+// the same pass with the lots trigger disabled (lots=0: billing without lots, as before
+// schema version 9). SPEC §12 asks billing with lots to stay at 0.5x or better. debt: accounts with no credit
 // at all, so that every decision's cost is debt (a lot_debts row each), as in BenchmarkBilling.
 func BenchmarkBillingLots(b *testing.B) {
 	decisions := benchDecisions

@@ -25,13 +25,13 @@
 -- row lock) could no longer be held by a trigger on the shard that holds the account: every posting would
 -- be a cross-node transaction anyway, and the chain check a cross-shard query.
 --
--- The one road (migration 000012) is the same function on both backends: ledger_append. What differs is
+-- The one road is the same function on both backends: ledger_append. What differs is
 -- what it calls: accounts_lock (Citus locks rows only in single-shard statements: one account at a time,
 -- in id order), ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims),
 -- ledger_batches (the entries are inserted one shard at a time) and stripe_events_lock_parked (one event
 -- at a time). No Citus statement inserts entries of its own.
 --
--- The chain and the lots: ledger_chain (migration 000006) and ledger_lots (000009, 000012) are
+-- The chain and the lots: ledger_chain and ledger_lots are
 -- statement-level triggers reading their transition table. Citus runs a distributed table's triggers on
 -- its shards, once per statement a shard receives, with the transition table of the rows that shard got.
 -- There a statement naming a distributed table is planned by Citus, which cannot hand it the transition
@@ -44,7 +44,7 @@
 -- The append-only refusal names the logical table, not the shard the trigger runs on, and says so in its
 -- detail too (the one field Citus relays from a shard), so that the application recognises it
 -- (db.MapError) as on plain PostgreSQL.
--- mirrors ledger_refuse_change of 000004_comment_constraints.up.sql sha256 34c78f2ad74aa95a38c720a797fd0cc58f1ac521a442bbf658a15dc74ca7ac41
+-- mirrors ledger_refuse_change of 000031_baseline.up.sql sha256 329acea747bc9242f11bbbf0a392317bc4451747c386d61eb5dc89bdf5781af5
 CREATE OR REPLACE FUNCTION ledger_refuse_change() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -80,7 +80,7 @@ COMMENT ON FUNCTION shard_of(regclass, text) IS
 DROP TRIGGER IF EXISTS ledger_chain ON ledger;
 DROP FUNCTION IF EXISTS ledger_chain_advance_entry();
 
--- mirrors ledger_chain_advance of 000006_ledger_history.up.sql sha256 70b21839f18c4ce2b8b2cb3cd0eb15f93dd4ccda3ffad8a7073b0fed363a3505
+-- mirrors ledger_chain_advance of 000031_baseline.up.sql sha256 9a7275615c7dffe6f13f1746b251b5fbd28c6ea3d9709165e62840caf9c5fb39
 CREATE OR REPLACE FUNCTION ledger_chain_advance() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -148,13 +148,13 @@ COMMENT ON TRIGGER ledger_chain ON ledger IS
     'statement on each shard: every entry must continue its account''s seq and balance_after from '
     'accounts.last_seq and accounts.balance, which this trigger then moves.';
 
--- Credit lots (migrations 000009, 000012). lots_draw on Citus: the same allocation (running sums of
+-- Credit lots. lots_draw on Citus: the same allocation (running sums of
 -- demands in seq order against lots in draw order), set-based over every account of the call, on the
 -- shards of credit_lots, lot_draws and lot_debts that hold them. Every caller runs on the node of those
 -- accounts' shards with accounts of one shard: ledger_lots for the entries of a ledger shard's
 -- statement, lots_repay and lots_apply_entry for one account.
--- mirrors lots_draw of 000028_pools.up.sql sha256 5c13b473e6da329593edb9f2c9b23d1ffdd8f54c241af197915e7d963d4d6f55
--- Earlier forms of this file, and migrations before 000024, gave lots_draw six arguments.
+-- mirrors lots_draw of 000031_baseline.up.sql sha256 710c1a31496d9be3e4ddffe99774ee3d0b1f64da6cc60b2e0b70fb0c21614b8d
+-- Earlier forms of this file, and schemas before version 24, gave lots_draw six arguments.
 DROP FUNCTION IF EXISTS lots_draw(text[], bigint[], bigint[], bigint[], bigint, boolean);
 CREATE OR REPLACE FUNCTION lots_draw(p_accounts text[], p_entries bigint[], p_seqs bigint[], p_needs bigint[], p_first_lot bigint,
                                      p_repay boolean, p_kinds text[], p_postings bigint[], p_ats timestamptz[])
@@ -180,7 +180,7 @@ BEGIN
                    d.posting, d.at,
                    sum(d.need) OVER (PARTITION BY d.account_id ORDER BY d.seq ROWS UNBOUNDED PRECEDING) - d.need AS lo
             FROM unnest($1, $2, $3, $4, $7, $8, $9) AS d (account_id, entry_id, seq, need, kind, posting, at)
-            -- A member's part of 0 draws nothing (000028).
+            -- A member's part of 0 draws nothing (pools).
             WHERE d.need > 0
         ), totals AS (
             SELECT account_id, sum(need) AS total FROM demand GROUP BY account_id
@@ -263,7 +263,7 @@ DROP FUNCTION IF EXISTS ledger_lots_apply_entry();
 -- allocation; of plain credits on accounts without debt: one insert of their lots) on the shards of the
 -- statement's accounts; every other statement entry by entry through lots_apply_entry, as on plain
 -- PostgreSQL (its statements are Citus's router statements to this node's shards).
--- mirrors ledger_lots_apply of 000024_revenue.up.sql sha256 126527fd5f0bd3a07d5abf64cff7a2acd6e80e21ed061747740a9a5cafc753f2
+-- mirrors ledger_lots_apply of 000031_baseline.up.sql sha256 66509bdf5275c3e77f4f1e24bd91b12438cbea60f5cfce4cabae6105335e2df2
 CREATE OR REPLACE FUNCTION ledger_lots_apply() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -332,7 +332,7 @@ COMMENT ON TRIGGER ledger_lots ON ledger IS
     'On Citus, as on plain PostgreSQL: every entry moves the lots of its account, per statement on each '
     'shard, right after ledger_chain moved the account, in seq order under the account lock.';
 
--- Auto-recharge and alerts (migrations 000010, 000020): accounts_available_watch is deferred to commit, when it
+-- Auto-recharge and alerts: accounts_available_watch is deferred to commit, when it
 -- runs on the accounts shard that the debit moved, before the worker prepares its part of the two-phase
 -- commit. There Citus cannot plan a query on a distributed table (it refuses "a distributed query from a
 -- query on a shard" and the commit fails), so this variant of the same rule names the account's
@@ -342,7 +342,7 @@ COMMENT ON TRIGGER ledger_lots ON ledger IS
 -- reason), balance_alerts_pkey (account_id, threshold, episode)). recharge_status_sync and
 -- recharge_status_compute take the tables they read and write by name, so the same functions (made present
 -- on every node by db/citus.go) move the status here on the shards, and on the coordinator on the tables.
--- mirrors accounts_available_watch of 000020_recharge_guardrails.up.sql sha256 82f331cf1a10f0b2bdd9283477be76f6ab299d73e8ff2db86667f5c787660ce1
+-- mirrors accounts_available_watch of 000031_baseline.up.sql sha256 abdef017e43c2b4e01ca471350cb3b75415139db9cdb10fd317d75b6649c4e27
 CREATE OR REPLACE FUNCTION accounts_available_watch() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
@@ -367,7 +367,7 @@ DECLARE
     n bigint;
     moved text;
 BEGIN
-    -- The account as the transaction leaves it (see the plain function in migration 000020).
+    -- The account as the transaction leaves it (see the plain function in the baseline).
     EXECUTE format('SELECT * FROM %s WHERE id = $1', accounts_shard) INTO a USING NEW.id;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE account_id = $1 AND episode = $2 AND retry = $3)', attempts_shard)
         INTO taken USING a.id, a.recharge_episode, a.recharge_retry;
@@ -557,9 +557,9 @@ BEGIN
 END;
 $claims$;
 
--- The one road's Citus forms (migration 000012): ledger_append calls these under the same names.
+-- The one road's Citus forms: ledger_append calls these under the same names.
 
--- mirrors accounts_lock of 000028_pools.up.sql sha256 7541adf4ac1c0021a1b45362223fda3aeed715c26c0b2786c12854dba2c9f36a
+-- mirrors accounts_lock of 000031_baseline.up.sql sha256 64975fb2d65d8b620b61116c36ade43336aac12eb3406b017feaea9aaec99f6b
 CREATE OR REPLACE FUNCTION accounts_lock(p_ids text[], p_balance bigint DEFAULT NULL)
     RETURNS TABLE (id text, last_seq bigint, balance bigint, held bigint)
     LANGUAGE plpgsql AS
@@ -590,7 +590,7 @@ COMMENT ON FUNCTION accounts_lock(text[], bigint) IS
     'by a router statement to its shard, and returns them as locked; with p_balance, only an account whose '
     'balance is still that.';
 
--- mirrors ledger_keys_taken of 000012_one_road.up.sql sha256 9bdbc20e13132442c1a3d470c5288444757c253a25a50bfb7773e8d2a2aabf3f
+-- mirrors ledger_keys_taken of 000031_baseline.up.sql sha256 8157a202ad6a4069bc235acfe822e35ec603dbf5e24be93413582563813bee6b
 CREATE OR REPLACE FUNCTION ledger_keys_taken(p_keys text[])
     RETURNS SETOF text
     LANGUAGE plpgsql STABLE AS
@@ -603,7 +603,7 @@ $$;
 COMMENT ON FUNCTION ledger_keys_taken(text[]) IS
     'On Citus: the keys among p_keys claimed already (dedupe_claims, whatever account''s shard holds the entry).';
 
--- mirrors claim_keys of 000012_one_road.up.sql sha256 60c814b581b245b74e1b6cdd703f2c4bd63f66f4e5979e643a857126b962469a
+-- mirrors claim_keys of 000031_baseline.up.sql sha256 5e375a801163d30d964415005b633df7c6893be1d780437ef42f726444c77b1a
 CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
     RETURNS SETOF text
     LANGUAGE plpgsql AS
@@ -658,7 +658,7 @@ COMMENT ON FUNCTION claim_keys(text[], text[]) IS
     'written under it. A key its own account claimed before is returned: that account''s own unique key (per '
     'account on Citus) answers the write exactly as the global key does on plain PostgreSQL.';
 
--- mirrors ledger_batches of 000012_one_road.up.sql sha256 5bc00f2ce9d7ef05b186e8e57ba5a6dc0cbefce16ea681ab56b6d9d8873101cf
+-- mirrors ledger_batches of 000031_baseline.up.sql sha256 be052d80f8e65f47fec9a38182c59f1e630ef915bf4a523dbe3c6d696146a176
 CREATE OR REPLACE FUNCTION ledger_batches(p_account_ids text[])
     RETURNS SETOF text[]
     LANGUAGE plpgsql STABLE AS
@@ -679,7 +679,7 @@ COMMENT ON FUNCTION ledger_batches(text[]) IS
     'On Citus: the accounts of a posting, one batch per shard of accounts (and so of the ledger, colocated), so '
     'that each of ledger_append''s inserts runs on one shard.';
 
--- mirrors stripe_events_lock_parked of 000012_one_road.up.sql sha256 54a8c5131dba9a1e5e35d440bed34f8f14cacca3263b1cfa06ff8e90797d795b
+-- mirrors stripe_events_lock_parked of 000031_baseline.up.sql sha256 f4b61ddcbd6c56c06e363c65e7029cc5829b137106f02d3167d2afc4049a8756
 CREATE OR REPLACE FUNCTION stripe_events_lock_parked(p_payment_intent text)
     RETURNS TABLE (event_id text, payload jsonb)
     LANGUAGE plpgsql AS
@@ -718,7 +718,7 @@ BEGIN
 END;
 $periods$;
 
--- The tree of pools (migration 000028): trigger accounts_parent_tree runs on the shard that gets the row
+-- The tree of pools: trigger accounts_parent_tree runs on the shard that gets the row
 -- and reads the parent and its ancestors, which live on whatever shard their ids hash to. A foreign key
 -- to another shard is not possible, so that read is a distributed query from a query on a shard, which
 -- Citus runs only when allowed: allowed for this function alone, whose reads are single rows of accounts

@@ -1,4 +1,4 @@
--- The audit trail (migration 000021): appended to, listed, never changed.
+-- The audit trail (audit_log): appended to, listed, never changed.
 
 -- name: AuditLogInsert :exec
 -- Appends a group of records in one statement, the arrays read in lockstep.

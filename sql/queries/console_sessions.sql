@@ -1,4 +1,4 @@
--- The console's server-side sessions (migration 000022).
+-- The console's server-side sessions (console_sessions).
 
 -- name: ConsoleSessionsInsert :exec
 -- Starts a logged-in session that lasts at most lifetime_seconds on the database clock.

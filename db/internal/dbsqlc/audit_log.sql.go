@@ -27,7 +27,7 @@ type AuditLogInsertParams struct {
 	RemoteAddrs []string
 }
 
-// The audit trail (migration 000021): appended to, listed, never changed.
+// The audit trail (audit_log): appended to, listed, never changed.
 // Appends a group of records in one statement, the arrays read in lockstep.
 func (q *Queries) AuditLogInsert(ctx context.Context, arg AuditLogInsertParams) error {
 	_, err := q.db.Exec(ctx, auditLogInsert,

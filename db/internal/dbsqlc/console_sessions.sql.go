@@ -21,7 +21,7 @@ type ConsoleSessionsInsertParams struct {
 	LifetimeSeconds float64
 }
 
-// The console's server-side sessions (migration 000022).
+// The console's server-side sessions (console_sessions).
 // Starts a logged-in session that lasts at most lifetime_seconds on the database clock.
 func (q *Queries) ConsoleSessionsInsert(ctx context.Context, arg ConsoleSessionsInsertParams) error {
 	_, err := q.db.Exec(ctx, consoleSessionsInsert, arg.ID, arg.KeyName, arg.LifetimeSeconds)

@@ -1,2 +1,0 @@
-DROP TABLE topups;
-DROP TABLE stripe_events;

@@ -1,1 +1,0 @@
-DROP INDEX CONCURRENTLY ledger_credits_created_idx;

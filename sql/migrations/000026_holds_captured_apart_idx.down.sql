@@ -1,1 +1,0 @@
-DROP INDEX CONCURRENTLY holds_captured_apart_idx;

@@ -1,1 +1,0 @@
-COMMENT ON INDEX holds_captured_apart_idx IS NULL;
