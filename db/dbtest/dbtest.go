@@ -66,6 +66,13 @@ func URL(t testing.TB) string {
 	return pgtestdb.Custom(t, serverConfig(t), migrator{}).URL()
 }
 
+// EmptyURL returns the URL of a fresh database with nothing in it, on the plain server whatever the
+// backend, for tests that build a schema themselves.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return pgtestdb.Custom(t, serverConfig(t), pgtestdb.NoopMigrator{}).URL()
+}
+
 var (
 	serverOnce sync.Once
 	server     pgtestdb.Config
