@@ -41,18 +41,8 @@ func TestBaselineIsTheSchemaOfVersion31(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotLines, wantLines := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < max(len(gotLines), len(wantLines)); i++ {
-		var g, w string
-		if i < len(gotLines) {
-			g = gotLines[i]
-		}
-		if i < len(wantLines) {
-			w = wantLines[i]
-		}
-		if g != w {
-			t.Fatalf("the baseline's schema differs from version 31's (%s) at line %d:\n baseline: %s\n version 31: %s", schema31, i+1, g, w)
-		}
+	if line, g, w, differ := dbtest.FirstDifference(got, string(want)); differ {
+		t.Fatalf("the baseline's schema differs from version 31's (%s) at line %d:\n baseline: %s\n version 31: %s", schema31, line, g, w)
 	}
 }
 

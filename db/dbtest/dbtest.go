@@ -236,17 +236,26 @@ func LedgerState(t testing.TB, pool *pgxpool.Pool) string {
 // SameLedgers fails with the first line where the two states differ.
 func SameLedgers(t testing.TB, general, fast string) {
 	t.Helper()
-	g, f := strings.Split(general, "\n"), strings.Split(fast, "\n")
-	for i := range max(len(g), len(f)) {
-		var gl, fl string
-		if i < len(g) {
-			gl = g[i]
+	if line, gl, fl, differ := FirstDifference(general, fast); differ {
+		t.Fatalf("the ledgers differ at line %d:\n general: %s\n    fast: %s", line, gl, fl)
+	}
+}
+
+// FirstDifference finds the first line (from 1) where two texts differ, and that line of each ("" past
+// the end of one).
+func FirstDifference(a, b string) (line int, la, lb string, differ bool) {
+	as, bs := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range max(len(as), len(bs)) {
+		la, lb = "", ""
+		if i < len(as) {
+			la = as[i]
 		}
-		if i < len(f) {
-			fl = f[i]
+		if i < len(bs) {
+			lb = bs[i]
 		}
-		if gl != fl {
-			t.Fatalf("the ledgers differ at line %d:\n general: %s\n    fast: %s", i+1, gl, fl)
+		if la != lb {
+			return i + 1, la, lb, true
 		}
 	}
+	return 0, "", "", false
 }
