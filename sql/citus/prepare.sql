@@ -25,21 +25,21 @@
 -- row lock) could no longer be held by a trigger on the shard that holds the account: every posting would
 -- be a cross-node transaction anyway, and the chain check a cross-shard query.
 --
--- The one road is the same function on both backends: ledger_append. What differs is
--- what it calls: accounts_lock (Citus locks rows only in single-shard statements: one account at a time,
--- in id order), ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims),
--- ledger_batches (the entries are inserted one shard at a time) and stripe_events_lock_parked (one event
--- at a time). No Citus statement inserts entries of its own.
+-- The one road is the same function on both backends: ledger_append. What differs is what it calls:
+-- accounts_lock (Citus locks rows only in single-shard statements: one account at a time, in id order),
+-- ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims), ledger_batches (the entries
+-- are inserted one shard at a time) and stripe_events_lock_parked (one event at a time). No Citus
+-- statement inserts entries of its own.
 --
--- The chain and the lots: ledger_chain and ledger_lots are
--- statement-level triggers reading their transition table. Citus runs a distributed table's triggers on
--- its shards, once per statement a shard receives, with the transition table of the rows that shard got.
--- There a statement naming a distributed table is planned by Citus, which cannot hand it the transition
--- table ("executor could not find named tuplestore"), and whose planning of a statement per row costs
--- tens of times the row's own work. So the Citus forms below keep the triggers and their rules, set-based
--- as on plain PostgreSQL, and name the colocated shards of the account tables instead (shard_of: all on
--- this node, one shard each, since every entry of a shard's statement is on this shard's accounts):
--- PostgreSQL plans those statements itself, with the transition table.
+-- The chain and the lots: ledger_chain and ledger_lots are statement-level triggers reading their
+-- transition table. Citus runs a distributed table's triggers on its shards, once per statement a shard
+-- receives, with the transition table of the rows that shard got. There a statement naming a distributed
+-- table is planned by Citus, which cannot hand it the transition table ("executor could not find named
+-- tuplestore"), and whose planning of a statement per row costs tens of times the row's own work. So the
+-- Citus forms below keep the triggers and their rules, set-based as on plain PostgreSQL, and name the
+-- colocated shards of the account tables instead (shard_of: all on this node, one shard each, since every
+-- entry of a shard's statement is on this shard's accounts): PostgreSQL plans those statements itself,
+-- with the transition table.
 
 -- The append-only refusal names the logical table, not the shard the trigger runs on, and says so in its
 -- detail too (the one field Citus relays from a shard), so that the application recognises it
