@@ -3,10 +3,11 @@
 -- a COMMENT ON saying what it promises; docs/guarantees.md maps the triggers and what each may write.
 --
 -- Versions 1 to 31 built this schema step by step (their files are in the repository's history); this
--- file creates the same schema on an empty database, object for object. A database already at 31 has
--- nothing to run here. One at an earlier version is refused by `onceledger migrate up`: it goes to 31
--- with a build from before the baseline first (docs/operating.md, "Upgrading from before the baseline").
--- Later changes are new migrations numbered after 31, as before.
+-- file creates the same schema on an empty database, object for object (TestBaselineIsTheSchemaOfVersion31
+-- holds it to the catalog those versions built). A database already at 31 has nothing to run here. One at
+-- an earlier version is refused by `onceledger migrate up`: it goes to 31 with a build from before the
+-- baseline first (docs/operating.md, "Upgrading from before the baseline"). No statement here changes:
+-- later changes are new migrations numbered after 31.
 --
 -- Layout: each table with its comments, identity or sequence, keys, checks and indexes; then the
 -- functions; then the triggers, table by table; then the foreign keys. The checks written NOT VALID were
