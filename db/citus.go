@@ -32,7 +32,6 @@ var accountTables = []string{
 	"lot_draws",
 	"lot_refills",
 	"lot_debts",
-	"lot_terms",
 	"recharge_attempts",
 	"balance_alerts",
 	"recharge_windows",

@@ -233,63 +233,87 @@ func LatestMigration() (uint, error) {
 	return versions[len(versions)-1], nil
 }
 
-// ErrBeforeBaseline: the database's schema is at a version the baseline folded in (migration 000031
-// holds versions 1 to 31 as one file), so this binary has no step from it.
+// Baseline is the version of the first embedded migration, 000031_baseline, which creates the schema
+// that versions 1 to 31 built one after the other (TestEmbeddedMigrationsStartAtTheBaseline).
+const Baseline uint = 31
+
+// ErrBeforeBaseline: the database's schema is at a version the baseline folded in, so this binary has
+// no step from it.
 var ErrBeforeBaseline = errors.New("schema is older than this binary's baseline")
 
-// checkBaseline refuses a database at a version below the first embedded migration, the baseline,
-// before anything runs: golang-migrate would fail on the missing file, saying less.
+// checkBaseline refuses a database at a version below the baseline before anything runs: golang-migrate
+// would fail on the missing file, saying less.
 func (ms *Migrations) checkBaseline() error {
-	version, dirty, versions, err := ms.position()
+	version, dirty, err := ms.Version()
 	if err != nil {
 		return err
 	}
-	if version != 0 && version < versions[0] {
+	if version != 0 && version < Baseline {
 		return fmt.Errorf("%w: the database is at %d (dirty=%t) and the baseline at %d; bring it to %d with a "+
 			"build of onceledger from before the baseline (docs/operating.md, \"Upgrading from before the baseline\"), "+
-			"then run migrate up again", ErrBeforeBaseline, version, dirty, versions[0], versions[0])
+			"then run migrate up again", ErrBeforeBaseline, version, dirty, Baseline, Baseline)
 	}
 	return nil
 }
 
-// ErrLedgerNotEmpty: migrate down would undo the baseline, which drops every table, and the ledger
-// holds entries. The baseline's down file refuses as well; checked here first, golang-migrate would
-// otherwise leave the refused step marked dirty.
-var ErrLedgerNotEmpty = errors.New("migrate down past the baseline drops every table, and the ledger holds entries: drop the database instead")
+// ErrSchemaNotEmpty: migrate down would undo the baseline, which drops every table, and a table holds
+// rows. The baseline's down file refuses as well; checked here first, golang-migrate would otherwise
+// leave the refused step marked dirty.
+var ErrSchemaNotEmpty = errors.New("migrate down past the baseline drops every table, and the schema holds rows: drop the database instead")
 
-// checkBaselineDown refuses n steps down that reach the baseline while the ledger holds an entry.
+// checkBaselineDown refuses n steps down when there are not that many applied, and when they reach the
+// baseline while any of our tables holds a row. A dirty database is left to golang-migrate, which
+// refuses it as such.
 func (ms *Migrations) checkBaselineDown(n int) error {
-	version, _, versions, err := ms.position()
+	version, dirty, err := ms.Version()
+	if err != nil || dirty {
+		return err
+	}
+	versions, err := embeddedVersions()
 	if err != nil {
 		return err
 	}
-	// The steps down to just below the baseline: every embedded version applied so far.
-	applied := 0
+	applied := 0 // the steps down to nothing: every embedded version applied so far
 	for _, v := range versions {
 		if v <= version {
 			applied++
 		}
 	}
-	if applied == 0 || n < applied {
+	if n > applied {
+		return fmt.Errorf("migrate down %d: only %d applied", n, applied)
+	}
+	if n < applied {
 		return nil
 	}
-	var entries bool
-	if err := ms.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM ledger)`).Scan(&entries); err != nil {
-		return fmt.Errorf("migrate down: look for ledger entries: %w", MapError(err))
+	rows, err := ms.db.Query(`SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+		  AND c.relname NOT LIKE 'river\_%' AND c.relname <> 'schema_migrations'
+		  AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+		ORDER BY c.relname`)
+	if err != nil {
+		return fmt.Errorf("migrate down: list the tables: %w", MapError(err))
 	}
-	if entries {
-		return fmt.Errorf("migrate down %d: %w", n, ErrLedgerNotEmpty)
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return err
+		}
+		tables = append(tables, t)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		var held bool
+		if err := ms.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM ` + pgx.Identifier{t}.Sanitize() + `)`).Scan(&held); err != nil {
+			return fmt.Errorf("migrate down: look for rows in %s: %w", t, MapError(err))
+		}
+		if held {
+			return fmt.Errorf("migrate down %d: %w (%s has rows)", n, ErrSchemaNotEmpty, t)
+		}
 	}
 	return nil
-}
-
-// position is the database's version and the embedded migrations' versions, in order.
-func (ms *Migrations) position() (version uint, dirty bool, versions []uint, err error) {
-	if version, dirty, err = ms.Version(); err != nil {
-		return 0, false, nil, err
-	}
-	versions, err = embeddedVersions()
-	return version, dirty, versions, err
 }
 
 // embeddedVersions lists the embedded migrations' versions in order (never empty).

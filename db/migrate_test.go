@@ -3,9 +3,13 @@ package db_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceledger/onceledger/db"
 	"github.com/onceledger/onceledger/db/dbtest"
@@ -70,6 +74,13 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	// On a cluster the tables are distributed again: down took the distribute step's objects too.
 	if distributed, err := db.Distributed(ctx, pool); err != nil || distributed != dbtest.OnCitus() {
 		t.Fatalf("after up again: distributed %t (%v), want %t", distributed, err, dbtest.OnCitus())
+	}
+	if dbtest.OnCitus() {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_dist_partition
+			WHERE logicalrelid IN ('ledger'::regclass, 'accounts'::regclass, 'dedupe_claims'::regclass)`).Scan(&n); err != nil || n != 3 {
+			t.Fatalf("after up again: %d of ledger, accounts and dedupe_claims distributed (%v), want 3", n, err)
+		}
 	}
 }
 
@@ -138,42 +149,83 @@ func TestMigrateRefusesADatabaseFromBeforeTheBaseline(t *testing.T) {
 	}
 }
 
-// migrate down past the baseline drops every table, so it is refused while the ledger holds an entry,
-// and the refusal leaves the schema as it was, at its version and clean (nothing to force afterwards).
-func TestMigrateDownKeepsALedgerWithEntries(t *testing.T) {
+// migrate down past the baseline drops every table, so it is refused while any of them holds a row (an
+// entry, or only an audit record), and so are more steps than were applied; each refusal leaves the
+// schema as it was, at its version and clean (nothing to force afterwards).
+func TestMigrateDownKeepsADatabaseWithRows(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := dbtest.URL(t)
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_kept", "usd", 100); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := db.OpenMigrations(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Close()
-	if err := ms.Down(1); !errors.Is(err, db.ErrLedgerNotEmpty) {
-		t.Fatalf("migrate down 1 over a ledger with entries = %v, want ErrLedgerNotEmpty", err)
-	}
-	if err := db.CheckSchema(ctx, pool); err != nil {
-		t.Fatalf("after the refusal: %v", err)
-	}
-	var balance int64
-	if err := pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct_kept'`).Scan(&balance); err != nil || balance != 100 {
-		t.Fatalf("the account after the refusal: balance %d, %v", balance, err)
-	}
+	for _, c := range []struct {
+		name string
+		row  func(ctx context.Context, pool *pgxpool.Pool) error
+	}{
+		{"an entry", func(ctx context.Context, pool *pgxpool.Pool) error {
+			_, err := dbtest.Ledger(t, pool).CreateAccount(ctx, "acct_kept", "usd", 100)
+			return err
+		}},
+		{"an audit record only", func(ctx context.Context, pool *pgxpool.Pool) error {
+			return db.RecordAudit(ctx, pool, db.AuditRecord{KeyName: "ops", Action: "POST /v1/decisions", Status: 201, Outcome: "ok"})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			url := dbtest.URL(t)
+			pool, err := db.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			if err := c.row(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			ms, err := db.OpenMigrations(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ms.Close()
+			ups, err := fs.Glob(migrations.FS, "*.up.sql")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ms.Down(len(ups)); !errors.Is(err, db.ErrSchemaNotEmpty) {
+				t.Fatalf("migrate down %d over a schema with rows = %v, want ErrSchemaNotEmpty", len(ups), err)
+			}
+			if err := ms.Down(len(ups) + 1); err == nil || !strings.Contains(err.Error(), "applied") {
+				t.Fatalf("migrate down %d, one more than applied = %v, want a refusal", len(ups)+1, err)
+			}
+			if err := db.CheckSchema(ctx, pool); err != nil {
+				t.Fatalf("after the refusals: %v", err)
+			}
+			var rows int
+			if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM accounts) + (SELECT count(*) FROM audit_log)`).Scan(&rows); err != nil || rows != 1 {
+				t.Fatalf("after the refusals: %d rows (%v), want the one written", rows, err)
+			}
 
-	// The baseline's down file refuses on its own too, for whoever runs it by hand.
-	down, err := fs.ReadFile(migrations.FS, "000031_baseline.down.sql")
+			// The baseline's down file refuses on its own too, for whoever runs it by hand.
+			down, err := fs.ReadFile(migrations.FS, "000031_baseline.down.sql")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, string(down)); err == nil || !strings.Contains(err.Error(), "holds rows") {
+				t.Fatalf("the baseline's down file over a schema with rows = %v, want its refusal", err)
+			}
+		})
+	}
+}
+
+// The first embedded migration is the baseline, and every other one comes after it: a file numbered
+// below it would run before any table exists on a new database.
+func TestEmbeddedMigrationsStartAtTheBaseline(t *testing.T) {
+	ups, err := fs.Glob(migrations.FS, "*.up.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, string(down)); err == nil || !strings.Contains(err.Error(), "the ledger holds entries") {
-		t.Fatalf("the baseline's down file over a ledger with entries = %v, want its refusal", err)
+	if len(ups) == 0 || ups[0] != fmt.Sprintf("%06d_baseline.up.sql", db.Baseline) {
+		t.Fatalf("embedded migrations %v: the first must be %06d_baseline.up.sql", ups, db.Baseline)
+	}
+	for _, up := range ups[1:] {
+		if v, err := strconv.ParseUint(up[:6], 10, 32); err != nil || uint(v) <= db.Baseline {
+			t.Errorf("migration %s is not numbered after the baseline %d", up, db.Baseline)
+		}
 	}
 }

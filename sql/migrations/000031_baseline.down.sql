@@ -1,14 +1,27 @@
--- Undoes the baseline: the whole schema goes, so it refuses while the ledger holds an entry (drop the
--- database instead: a ledger is never emptied by a migration). River's job tables stay, as after any
--- down. On a database the distribute step prepared for Citus, its own objects go too, so that migrate up
--- builds and distributes the schema again.
+-- Undoes the baseline: the whole schema goes, so it refuses while any of its tables holds a row (drop the
+-- database instead: a migration never empties a ledger, its accounts or its events). River's job tables
+-- stay, as after any down. On a database the distribute step prepared for Citus, its own objects go too,
+-- so that migrate up builds and distributes the schema again.
 DO $$
+DECLARE
+    t    text;
+    held boolean;
 BEGIN
-    IF EXISTS (SELECT 1 FROM ledger) THEN
-        RAISE EXCEPTION 'migrate down past the baseline (31) drops every table, and the ledger holds entries'
-            USING ERRCODE = 'restrict_violation',
-                  HINT = 'Drop the database instead.';
-    END IF;
+    FOR t IN
+        SELECT c.relname FROM pg_class c
+        WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+          AND c.relname NOT LIKE 'river\_%' AND c.relname <> 'schema_migrations'
+          AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                          WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+        ORDER BY c.relname
+    LOOP
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I)', t) INTO held;
+        IF held THEN
+            RAISE EXCEPTION 'migrate down past the baseline (31) drops every table, and % holds rows', t
+                USING ERRCODE = 'restrict_violation',
+                      HINT = 'Drop the database instead.';
+        END IF;
+    END LOOP;
 END;
 $$;
 

@@ -1536,7 +1536,10 @@ ALTER TABLE ONLY topups
 
 COMMENT ON CONSTRAINT topups_account_id_key ON topups IS 'An order under its account: what recharge_attempts_topup_fk references (it stays unique on a sharded deployment, where (id) alone cannot).';
 
--- account_id leads: every unique key of a table distributed by account must include it (SPEC §15).
+-- account_id leads this key, as SPEC §15 asks of every unique key of a table distributed by account; the
+-- order's other keys (its id, session and payment) are made per account on Citus by sql/citus/prepare.sql,
+-- the session and the payment then claimed across accounts in dedupe_claims (the id is minted by the
+-- service, or is the session's).
 ALTER TABLE ONLY topups
     ADD CONSTRAINT topups_idempotency_key UNIQUE (account_id, idempotency_key);
 
@@ -2607,9 +2610,10 @@ CREATE TRIGGER ledger_append_only BEFORE DELETE OR UPDATE ON ledger FOR EACH ROW
 
 COMMENT ON TRIGGER ledger_append_only ON ledger IS 'Entries are never changed or deleted: corrections are new entries.';
 
--- A statement-level trigger, kept. Measured on a shared 2-core machine (load average 14-18 from other
--- suites, so single runs are noisy), against the schema without the chain: billing 1,000,000 decisions
--- through the reconciler (BenchmarkBilling, ./reconcile) over 1,000 accounts ran at 17,464 decisions/s
+-- The chain is held by a statement-level trigger rather than by each posting statement. What it costs was
+-- measured on a shared 2-core machine (load average 14-18 from other suites, so single runs are noisy),
+-- against the schema without the chain: billing 1,000,000 decisions through the reconciler
+-- (BenchmarkBilling, ./internal/reconcile) over 1,000 accounts ran at 17,464 decisions/s
 -- against 24,528 (0.71x, within the 0.7x bound); over one account the machine's load, not the schema, moved
 -- the result (8,121 against 26,491 in one run, 33,165 against 21,687 run alone right after). Group commit
 -- (db/poster_bench_test.go, 64 callers on one account) stays far above 10x one transaction per posting:

@@ -1,4 +1,4 @@
--- The one road into the ledger (SPEC §21): every entry is inserted by ledger_append (the baseline),
+-- The one road into the ledger (SPEC §21): every entry is inserted by ledger_append (sql/migrations),
 -- which locks the accounts in id order, numbers each account's rows from its last_seq with balance_after
 -- from its locked balance, leaves out rows whose key is taken and the rows of an account whose no-overdraw
 -- row would go below zero, and returns each entry inserted with the position k of its planned row (k
