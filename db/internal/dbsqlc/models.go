@@ -129,7 +129,7 @@ type CreditLot struct {
 	Category string
 	// Drawn lowest first (0-100, default 50); the first key of the draw order.
 	Priority int16
-	// The credit the lot holds: its entry's amount (for a restore, the part no reversal draw took it back to); for a lot made by migration 000009, the part of its credit still unspent then. Debt it repaid is among its lot_draws.
+	// The credit the lot holds: its entry's amount (for a restore, the part no reversal draw took it back to); for a lot made when a database came to schema version 9, the part of its credit still unspent then. Debt it repaid is among its lot_draws.
 	Amount int64
 	// What is left: amount - its lot_draws + its lot_refills (verify checks it). Open lots' remaining less lot_debts is the account's balance.
 	Remaining int64
@@ -138,7 +138,7 @@ type CreditLot struct {
 	CreatedAt time.Time
 	// Set when an expiry or void entry took the remaining; a closed lot is never drawn again (a refill of a closed lot expires at once).
 	ClosedAt *time.Time
-	// What was paid for the lot's credit, in cost_currency's minor units: a paid top-up's price, an adjustment's named cost; 0 for grants, promotional adjustments, restores beyond their reversal, and every lot made before migration 000024 (their price was never recorded with them). Recognised as the lot is drawn (revenue_recognitions).
+	// What was paid for the lot's credit, in cost_currency's minor units: a paid top-up's price, an adjustment's named cost; 0 for grants, promotional adjustments, restores beyond their reversal, and every lot made before schema version 24 (their price was never recorded with them). Recognised as the lot is drawn (revenue_recognitions).
 	CostAmount int64
 	// The currency of cost_amount (lower case ISO 4217); NULL only when nothing was paid.
 	CostCurrency *string
@@ -510,6 +510,6 @@ type Topup struct {
 	IdempotencyKey *string
 	// A digest of the request body sent with idempotency_key: the same key with another body is a conflict.
 	RequestFingerprint *string
-	// What the order buys: the credit posted when it is paid (orders before migration 000024: the amount).
+	// What the order buys: the credit posted when it is paid (orders from before schema version 24: the amount).
 	Credits int64
 }
