@@ -45,12 +45,17 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	rows, err := pool.Query(ctx, `
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'public' AND c.relname NOT LIKE 'schema_migrations%' AND c.relname NOT LIKE 'river\_%'
-			AND c.relkind IN ('r', 'i', 'S', 'v')
+			AND c.relkind IN ('r', 'p', 'i', 'S', 'v', 'm', 'f')
 			AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
 		UNION ALL
 		SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = 'public' AND p.proname NOT LIKE 'river\_%'
-			AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')`)
+			AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+		UNION ALL
+		-- Types of our own (a table's row type goes with its table, an array type with its element).
+		SELECT t.typname FROM pg_type t
+		WHERE t.typnamespace = 'public'::regnamespace AND t.typtype NOT IN ('c', 'b') AND t.typname NOT LIKE 'river\_%'
+			AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +217,20 @@ func TestMigrateDownKeepsADatabaseWithRows(t *testing.T) {
 			}
 			if _, err := pool.Exec(ctx, string(down)); err == nil || !strings.Contains(err.Error(), "holds rows") {
 				t.Fatalf("the baseline's down file over a schema with rows = %v, want its refusal", err)
+			}
+
+			// The migrations after the baseline go down and up over the rows as always.
+			if err := ms.Down(len(ups) - 1); err != nil {
+				t.Fatalf("migrate down %d, to the baseline, over a schema with rows: %v", len(ups)-1, err)
+			}
+			if v, dirty, err := ms.Version(); err != nil || v != db.Baseline || dirty {
+				t.Fatalf("after going down to the baseline: version %d, dirty %t (%v)", v, dirty, err)
+			}
+			if err := ms.Up(); err != nil {
+				t.Fatalf("up again: %v", err)
+			}
+			if err := db.CheckSchema(ctx, pool); err != nil {
+				t.Fatalf("after up again: %v", err)
 			}
 		})
 	}
