@@ -22,10 +22,7 @@ func TestMigrationsRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	url := dbtest.URL(t) // already up
 	// Down counts steps, not versions: as many steps as there are migrations (numbers may skip).
-	ups, err := fs.Glob(migrations.FS, "*.up.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ups := upFiles(t)
 	ms, err := db.OpenMigrations(url)
 	if err != nil {
 		t.Fatal(err)
@@ -123,10 +120,7 @@ func TestMigrateRefusesADatabaseFromBeforeTheBaseline(t *testing.T) {
 	}
 	defer ms.Close()
 	// An empty schema that says it is at 17, as a database from before the baseline does.
-	ups, err := fs.Glob(migrations.FS, "*.up.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ups := upFiles(t)
 	if err := ms.Down(len(ups)); err != nil {
 		t.Fatalf("down to nothing: %v", err)
 	}
@@ -192,10 +186,7 @@ func TestMigrateDownKeepsADatabaseWithRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ms.Close()
-			ups, err := fs.Glob(migrations.FS, "*.up.sql")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ups := upFiles(t)
 			if err := ms.Down(len(ups)); !errors.Is(err, db.ErrSchemaNotEmpty) {
 				t.Fatalf("migrate down %d over a schema with rows = %v, want ErrSchemaNotEmpty", len(ups), err)
 			}
@@ -239,10 +230,7 @@ func TestMigrateDownKeepsADatabaseWithRows(t *testing.T) {
 // The first embedded migration is the baseline, and every other one comes after it: a file numbered
 // below it would run before any table exists on a new database.
 func TestEmbeddedMigrationsStartAtTheBaseline(t *testing.T) {
-	ups, err := fs.Glob(migrations.FS, "*.up.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ups := upFiles(t)
 	if len(ups) == 0 || ups[0] != fmt.Sprintf("%06d_baseline.up.sql", db.Baseline) {
 		t.Fatalf("embedded migrations %v: the first must be %06d_baseline.up.sql", ups, db.Baseline)
 	}
@@ -251,4 +239,15 @@ func TestEmbeddedMigrationsStartAtTheBaseline(t *testing.T) {
 			t.Errorf("migration %s is not numbered after the baseline %d", up, db.Baseline)
 		}
 	}
+}
+
+// upFiles names the embedded up migrations in order; there are as many steps down to nothing (numbers
+// may skip).
+func upFiles(t *testing.T) []string {
+	t.Helper()
+	ups, err := fs.Glob(migrations.FS, "*.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ups
 }
