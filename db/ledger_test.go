@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -138,6 +139,66 @@ func TestKeyRacedOverFourAccountsPostsOnce(t *testing.T) {
 	}
 	if got := balance(t, pool, winner); got != 10 {
 		t.Fatalf("%s balance %d, want 10", winner, got)
+	}
+}
+
+// A posting whose key another account's writer holds while that writer is still committing answers
+// the conflict, with the writer's entry, once the writer has committed. On Citus this is the race above
+// seen slowly: a two-phase commit reaches the claim's node and the entry's one after the other, so the
+// loser can see the claim and not yet the entry. Here the claim others see is committed before the
+// writer begins, and the writer claims the key again under it (deleting the committed claim, which
+// others still see until it commits). On plain PostgreSQL the loser waits on the key's index instead.
+func TestKeyHeldByACommittingWriterIsAConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	createAccount(t, pool, "acct_writer")
+	createAccount(t, pool, "acct_loser")
+	const key = "grant:committing"
+	if dbtest.OnCitus() {
+		if _, err := pool.Exec(ctx, `INSERT INTO dedupe_claims (dedupe_key, account_id) VALUES ($1, 'acct_writer')`, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	if dbtest.OnCitus() {
+		if _, err := writer.Exec(ctx, `DELETE FROM dedupe_claims WHERE dedupe_key = $1`, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written, err := ledger.Post(ctx, writer, db.Posting{AccountID: "acct_writer", Kind: db.KindGrant, Amount: 10, DedupeKey: key})
+	if err != nil || !written.New {
+		t.Fatalf("writer's posting = %+v, %v", written, err)
+	}
+
+	type answer struct {
+		out db.Posted
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		out, err := post(t, pool, db.Posting{AccountID: "acct_loser", Kind: db.KindGrant, Amount: 10, DedupeKey: key})
+		done <- answer{out, err}
+	}()
+	select {
+	case a := <-done:
+		t.Fatalf("the loser answered before the writer committed: %+v, %v", a.out, a.err)
+	case <-time.After(500 * time.Millisecond):
+		// The loser is waiting for the writer, as it must.
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if !errors.Is(a.err, db.ErrDedupeConflict) || a.out.Entry.ID != written.Entry.ID {
+		t.Fatalf("loser = %+v, %v; want ErrDedupeConflict with the writer's entry %d", a.out, a.err, written.Entry.ID)
+	}
+	if got := balance(t, pool, "acct_loser"); got != 0 {
+		t.Fatalf("loser's balance %d, want 0", got)
 	}
 }
 

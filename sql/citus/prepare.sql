@@ -29,7 +29,8 @@
 -- accounts_lock (Citus locks rows only in single-shard statements: one account at a time, in id order),
 -- ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims), ledger_batches (the entries
 -- are inserted one shard at a time) and stripe_events_lock_parked (one event at a time). No Citus
--- statement inserts entries of its own.
+-- statement inserts entries of its own. An entry is read back by its key through ledger_by_keys, which
+-- on Citus waits for a claim's writer still committing on another node.
 --
 -- The chain and the lots: ledger_chain and ledger_lots are statement-level triggers reading their
 -- transition table. Citus runs a distributed table's triggers on its shards, once per statement a shard
@@ -602,6 +603,42 @@ $$;
 
 COMMENT ON FUNCTION ledger_keys_taken(text[]) IS
     'On Citus: the keys among p_keys claimed already (dedupe_claims, whatever account''s shard holds the entry).';
+
+-- mirrors ledger_by_keys of 000033_ledger_by_keys.up.sql sha256 2217b05834ea27651f4230663acac392351e9cb81808e94ec5279bea984405e2
+CREATE OR REPLACE FUNCTION ledger_by_keys(p_keys text[])
+    RETURNS SETOF ledger
+    LANGUAGE plpgsql AS
+$$
+DECLARE
+    holder record;
+BEGIN
+    -- By the account that claimed each key: a router read of that account's shard.
+    FOR holder IN
+        SELECT c.account_id, array_agg(c.dedupe_key) AS keys
+        FROM dedupe_claims c
+        WHERE c.dedupe_key = ANY(p_keys)
+        GROUP BY c.account_id
+        ORDER BY c.account_id
+    LOOP
+        IF (SELECT count(*) FROM ledger l
+            WHERE l.account_id = holder.account_id AND l.dedupe_key = ANY(holder.keys)) < cardinality(holder.keys) THEN
+            -- A claim whose entry this statement's snapshot cannot see: its transaction committed on the
+            -- claim's node and is still committing on the account's (or claimed a key of another kind,
+            -- and this waits for nothing). That transaction locked the account row until it commits
+            -- there: wait for it, and the next statement's snapshot sees the entry.
+            PERFORM 1 FROM accounts a WHERE a.id = holder.account_id FOR SHARE;
+        END IF;
+        RETURN QUERY
+        SELECT l.* FROM ledger l
+        WHERE l.account_id = holder.account_id AND l.dedupe_key = ANY(holder.keys);
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION ledger_by_keys(text[]) IS
+    'On Citus: the entries under the keys among p_keys, read by the account that claimed each key '
+    '(dedupe_claims) on its shard; for a claim whose entry is not visible yet, after waiting (FOR SHARE on '
+    'the account row) for the transaction that claimed it to commit on the account''s node.';
 
 -- mirrors claim_keys of 000031_baseline.up.sql sha256 5e375a801163d30d964415005b633df7c6893be1d780437ef42f726444c77b1a
 CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])

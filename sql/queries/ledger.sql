@@ -217,18 +217,16 @@ ORDER BY 1;
 -- name: LedgerGetByDedupeKey :one
 -- The entry posted under a dedupe key, to tell an exact replay from a key reused with other
 -- parameters. Returns no row when the key was never posted.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
-       on_behalf_of
-FROM ledger
-WHERE dedupe_key = @dedupe_key::text;
+SELECT e.id, e.account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.created_at, e.seq, e.balance_after,
+       e.subject, e.feature, e.on_behalf_of
+FROM ledger_by_keys(ARRAY[@dedupe_key::text]) e;
 
 -- name: LedgerListByDedupeKeys :many
 -- The entries already posted under any of a group's dedupe keys: those members are replays or
 -- conflicts and are not inserted again. Keys never posted return nothing.
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
-       on_behalf_of
-FROM ledger
-WHERE dedupe_key = ANY(@dedupe_keys::text[]);
+SELECT e.id, e.account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.created_at, e.seq, e.balance_after,
+       e.subject, e.feature, e.on_behalf_of
+FROM ledger_by_keys(@dedupe_keys::text[]) e;
 
 -- name: LedgerListByAccount :many
 -- An account's entries, newest first. Keyset pagination on id (pass the last id seen as before_id):

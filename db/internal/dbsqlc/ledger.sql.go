@@ -618,10 +618,9 @@ func (q *Queries) LedgerDuplicateDedupeKeys(ctx context.Context) ([]LedgerDuplic
 }
 
 const ledgerGetByDedupeKey = `-- name: LedgerGetByDedupeKey :one
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
-       on_behalf_of
-FROM ledger
-WHERE dedupe_key = $1::text
+SELECT e.id, e.account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.created_at, e.seq, e.balance_after,
+       e.subject, e.feature, e.on_behalf_of
+FROM ledger_by_keys(ARRAY[$1::text]) e
 `
 
 type LedgerGetByDedupeKeyRow struct {
@@ -765,10 +764,9 @@ func (q *Queries) LedgerListByAccount(ctx context.Context, arg LedgerListByAccou
 }
 
 const ledgerListByDedupeKeys = `-- name: LedgerListByDedupeKeys :many
-SELECT id, account_id, kind, amount, description, dedupe_key, payment_intent, created_at, seq, balance_after, subject, feature,
-       on_behalf_of
-FROM ledger
-WHERE dedupe_key = ANY($1::text[])
+SELECT e.id, e.account_id, e.kind, e.amount, e.description, e.dedupe_key, e.payment_intent, e.created_at, e.seq, e.balance_after,
+       e.subject, e.feature, e.on_behalf_of
+FROM ledger_by_keys($1::text[]) e
 `
 
 type LedgerListByDedupeKeysRow struct {

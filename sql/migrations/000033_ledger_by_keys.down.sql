@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS ledger_by_keys(text[]);
