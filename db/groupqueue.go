@@ -53,17 +53,33 @@ func (m *groupMember[Req, Ans]) reply(ans Ans, err error) { m.answer <- groupAns
 
 type keyQueue[Req, Ans, Memo any] struct {
 	waiting []*groupMember[Req, Ans] // guarded by groupQueue.mu
-	last    int                      // size of the last group taken; guarded by groupQueue.mu
-	full    chan struct{}            // wakes the drain when a group is complete before its window ends
-	arrival chan struct{}            // wakes an idle drain
-	memo    Memo                     // touched only by the drain, through commit
+	// expect is how many requests make the next group complete: those that waited when the last group
+	// was answered and its members, who tend to come back together; answered is when that was.
+	// Guarded by groupQueue.mu.
+	expect   int
+	answered time.Time
+	full     chan struct{} // wakes the drain when a group is complete before its window ends
+	arrival  chan struct{} // wakes an idle drain
+	memo     Memo          // touched only by the drain, through commit
 }
 
-// complete reports that the group need not wait for its window: max requests wait, or as many as the
-// last group held. Callers answered by one group tend to come back together; once they all have,
-// waiting longer only adds latency.
+// complete reports that the group need not wait for its window: max requests wait, or every one
+// expected. Once they all have, waiting longer only adds latency.
 func (q *keyQueue[Req, Ans, Memo]) complete(max int) bool {
-	return len(q.waiting) >= max || (q.last > 1 && len(q.waiting) >= q.last)
+	return len(q.waiting) >= max || (q.expect > 1 && len(q.waiting) >= q.expect)
+}
+
+// windowStart is when the next group's window began: at its first request's arrival, or when the last
+// group was answered if that was later. Requests that queued while a group committed would otherwise
+// go at once, and the callers that group answered, on their way back, would make a group of their own
+// behind it: where a group's commit takes longer than a caller's way back (a cluster's two-phase
+// commit), the callers settle into two groups taking turns, each half the size, for the same cost
+// each.
+func (q *keyQueue[Req, Ans, Memo]) windowStart() time.Time {
+	if first := q.waiting[0].arrived; first.After(q.answered) {
+		return first
+	}
+	return q.answered
 }
 
 // signal wakes the receiver of c, if it is not already due to wake.
@@ -140,7 +156,7 @@ func (g *groupQueue[Req, Ans, Memo]) drain(key string, q *keyQueue[Req, Ans, Mem
 				return
 			}
 		}
-		wait := g.window - time.Since(q.waiting[0].arrived)
+		wait := g.window - time.Since(q.windowStart())
 		complete := q.complete(g.max)
 		g.mu.Unlock()
 		if !complete && wait > 0 {
@@ -153,6 +169,9 @@ func (g *groupQueue[Req, Ans, Memo]) drain(key string, q *keyQueue[Req, Ans, Mem
 		}
 		if group := g.take(q); len(group) > 0 {
 			g.commit(key, &q.memo, group)
+			g.mu.Lock()
+			q.expect, q.answered = len(q.waiting)+len(group), time.Now()
+			g.mu.Unlock()
 		}
 	}
 }
@@ -163,7 +182,6 @@ func (g *groupQueue[Req, Ans, Memo]) take(q *keyQueue[Req, Ans, Memo]) []*groupM
 	n := min(len(q.waiting), g.max)
 	batch := q.waiting[:n:n]
 	q.waiting = slices.Clone(q.waiting[n:])
-	q.last = n
 	select {
 	case <-q.full:
 	default:
