@@ -54,7 +54,8 @@ func (m *groupMember[Req, Ans]) reply(ans Ans, err error) { m.answer <- groupAns
 type keyQueue[Req, Ans, Memo any] struct {
 	waiting []*groupMember[Req, Ans] // guarded by groupQueue.mu
 	// expect is how many requests make the next group complete: those that waited when the last group
-	// was answered and its members, who tend to come back together; answered is when that was.
+	// was answered and its members, who tend to come back together; answered is when that was. A
+	// member back before the answer was noted is counted twice, and the group waits out its window.
 	// Guarded by groupQueue.mu.
 	expect   int
 	answered time.Time
