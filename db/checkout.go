@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,40 +23,60 @@ type CheckoutState struct {
 	Account *Account
 	// ParkedWaiting: events are parked waiting for the payment.
 	ParkedWaiting bool
-	// GeneralPath: the happy path does not run here (on Citus, where its statements would read across
-	// shards) and only Recorded was read: every event takes the general path.
+	// GeneralPath: the happy path does not run here (LedgerConfig.GeneralPathOnly) and only Recorded
+	// was read: every event takes the general path.
 	GeneralPath bool
 }
 
 // ReadCheckoutState reads, in one statement, what a completion of session needs to know before its
-// transaction: see CheckoutState. On Citus it reads only whether the event is recorded.
+// transaction: see CheckoutState. With GeneralPathOnly it reads only whether the event is recorded.
 func (l *Ledger) ReadCheckoutState(ctx context.Context, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error) {
 	return l.checkoutState(ctx, eventID, sessionID, metadataAccountID, paymentIntent)
 }
 
-// recordedOnly is ReadCheckoutState where the happy path does not run.
+// recordedOnly is ReadCheckoutState where the happy path does not run (GeneralPathOnly).
 func (l *Ledger) recordedOnly(ctx context.Context, eventID, _, _, _ string) (CheckoutState, error) {
 	recorded, err := EventRecorded(ctx, l.pool, eventID)
 	return CheckoutState{Recorded: recorded, GeneralPath: true}, err
 }
 
-// readCheckoutState is ReadCheckoutState on plain PostgreSQL.
+// readCheckoutState is ReadCheckoutState where the happy path runs.
 func (l *Ledger) readCheckoutState(ctx context.Context, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error) {
-	r, err := dbsqlc.New(l.pool).StripeEventsCheckoutState(ctx, dbsqlc.StripeEventsCheckoutStateParams{
+	raw, err := dbsqlc.New(l.pool).StripeEventsCheckoutState(ctx, dbsqlc.StripeEventsCheckoutStateParams{
 		EventID: eventID, SessionID: sessionID, MetadataAccountID: metadataAccountID, PaymentIntent: paymentIntent,
 	})
 	if err != nil {
 		return CheckoutState{}, fmt.Errorf("read state of session %s: %w", sessionID, MapError(err))
 	}
+	// checkout_state's object (sql/migrations/000034_checkout_state.up.sql).
+	var r struct {
+		Recorded bool `json:"recorded"`
+		Order    *struct {
+			ID        string `json:"id"`
+			AccountID string `json:"account_id"`
+			Amount    int64  `json:"amount"`
+			Currency  string `json:"currency"`
+			Status    string `json:"status"`
+			Credits   int64  `json:"credits"`
+		} `json:"order"`
+		Account *struct {
+			ID       string `json:"id"`
+			Currency string `json:"currency"`
+		} `json:"account"`
+		ParkedWaiting bool `json:"parked_waiting"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return CheckoutState{}, fmt.Errorf("read state of session %s: %w", sessionID, err)
+	}
 	state := CheckoutState{Recorded: r.Recorded, ParkedWaiting: r.ParkedWaiting}
-	if r.OrderID != nil {
+	if o := r.Order; o != nil {
 		state.Order = &Topup{
-			ID: *r.OrderID, AccountID: deref(r.OrderAccountID), SessionID: sessionID, Amount: deref(r.OrderAmount),
-			Currency: deref(r.OrderCurrency), Status: deref(r.OrderStatus), Credits: deref(r.OrderCredits),
+			ID: o.ID, AccountID: o.AccountID, SessionID: sessionID, Amount: o.Amount,
+			Currency: o.Currency, Status: o.Status, Credits: o.Credits,
 		}
 	}
-	if r.AccountID != nil {
-		state.Account = &Account{ID: *r.AccountID, Currency: deref(r.AccountCurrency)}
+	if a := r.Account; a != nil {
+		state.Account = &Account{ID: a.ID, Currency: a.Currency}
 	}
 	return state, nil
 }
@@ -120,7 +141,8 @@ const (
 // waits), so it never records an outcome the general path would not; otherwise it rolls back and writes
 // nothing. No savepoint is needed: nothing is kept from a transaction that went another way. With
 // GroupCheckouts, concurrent deliveries share one transaction (commitCheckouts), each getting the answer
-// its own would have given. On Citus it is always CheckoutNotPaid: the general path applies the event.
+// its own would have given. With GeneralPathOnly it is always CheckoutNotPaid: the general path applies
+// the event.
 func (l *Ledger) PayCheckout(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error) {
 	return l.payCheckout(ctx, p)
 }
@@ -128,7 +150,7 @@ func (l *Ledger) PayCheckout(ctx context.Context, p CheckoutPayment) (CheckoutPa
 // errLockWait: a lock was not granted within payCheckoutAlone's lockTimeout; nothing was written.
 var errLockWait = errors.New("a lock was waited for longer than the transaction's lock timeout")
 
-// generalPathOnly is PayCheckout where the happy path does not run.
+// generalPathOnly is PayCheckout where the happy path does not run (GeneralPathOnly).
 func (l *Ledger) generalPathOnly(context.Context, CheckoutPayment) (CheckoutPaid, Posted, error) {
 	return CheckoutNotPaid, Posted{}, nil
 }

@@ -255,6 +255,7 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	payCheckoutByTheGeneralPath(t, pool, ledger, one)
+	payCheckoutByTheHappyPath(t, ledger, one)
 	lots, err := db.Lots(ctx, pool, one, false, 10)
 	if err != nil || len(lots) == 0 {
 		t.Fatalf("lots of %s: %v %v", one, lots, err)
@@ -335,7 +336,7 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 }
 
 // payCheckoutByTheGeneralPath applies a paid Checkout Session's first delivery as the webhook's general
-// path does on Citus (internal/stripeevents' Processor.Process): whether the event is recorded, then in
+// path does (internal/stripeevents' Processor.Process): whether the event is recorded, then in
 // one transaction the event recorded as applied, the payment locked, the order paid, the events waiting
 // for the payment read and the credit posted.
 func payCheckoutByTheGeneralPath(t *testing.T, pool *pgxpool.Pool, ledger *db.Ledger, account string) {
@@ -377,6 +378,26 @@ func payCheckoutByTheGeneralPath(t *testing.T, pool *pgxpool.Pool, ledger *db.Le
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// payCheckoutByTheHappyPath applies a paid Checkout Session's first delivery, of a session without an
+// order, as the webhook's happy path does: the state read (checkout_state: the event, the session's
+// claim and the account, each on its one shard), then PayCheckout's transaction.
+func payCheckoutByTheHappyPath(t *testing.T, ledger *db.Ledger, account string) {
+	t.Helper()
+	ctx := context.Background()
+	p := checkoutPayment("evt_happy_"+account, "cs_happy_"+account, "pi_happy_"+account, account, 300)
+	state, err := ledger.ReadCheckoutState(ctx, p.Event.ID, p.Order.SessionID, account, p.Order.PaymentIntent)
+	if err != nil || state.Recorded || state.Order != nil || state.Account == nil || state.Account.ID != account || state.GeneralPath {
+		t.Fatalf("state of a new session: %+v %v", state, err)
+	}
+	if paid, _, err := ledger.PayCheckout(ctx, p); err != nil || paid != db.CheckoutCredited {
+		t.Fatalf("happy path: %v %v, want credited", paid, err)
+	}
+	state, err = ledger.ReadCheckoutState(ctx, p.Event.ID, p.Order.SessionID, account, p.Order.PaymentIntent)
+	if err != nil || !state.Recorded {
+		t.Fatalf("state of a recorded event: %+v %v", state, err)
 	}
 }
 

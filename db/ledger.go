@@ -118,10 +118,9 @@ type LedgerConfig struct {
 	// GroupCheckouts commits concurrent first deliveries of paid Checkout Sessions together
 	// (PayCheckout); off, each takes its own transaction.
 	GroupCheckouts bool
-	// Distributed says the database is a Citus cluster (as Distributed finds it, once, when the process
-	// opens its pool): there the happy path of a paid Checkout Session does not run, and every delivery
-	// takes the general path. Everything else runs the same statements on both backends.
-	Distributed bool
+	// GeneralPathOnly turns the happy path of a paid Checkout Session off: every delivery takes the
+	// general path, which the differential tests compare the happy path with.
+	GeneralPathOnly bool
 	// Tracing makes a span of each group commit (nil: off).
 	Tracing *tracing.Tracing
 }
@@ -136,8 +135,8 @@ type LedgerConfig struct {
 type Ledger struct {
 	pool *Pool
 	cfg  LedgerConfig
-	// What differs on Citus, chosen once by NewLedger: the happy path of a paid Checkout Session runs on
-	// plain PostgreSQL only; on Citus every delivery takes the general path.
+	// How a paid Checkout Session's delivery goes, chosen once by NewLedger: the happy path alone, in
+	// groups, or not at all (GeneralPathOnly).
 	checkoutState func(ctx context.Context, eventID, sessionID, metadataAccountID, paymentIntent string) (CheckoutState, error)
 	payCheckout   func(ctx context.Context, p CheckoutPayment) (CheckoutPaid, Posted, error)
 
@@ -156,7 +155,7 @@ func NewLedger(pool *Pool, cfg LedgerConfig) *Ledger {
 	l.postings = newGroupQueue(cfg.Groups.Window, cfg.Groups.MaxGroup, l.commitPostings)
 	l.holds = newGroupQueue(cfg.Groups.Window, cfg.Groups.MaxGroup, l.commitHolds)
 	switch {
-	case cfg.Distributed:
+	case cfg.GeneralPathOnly:
 		l.checkoutState, l.payCheckout = l.recordedOnly, l.generalPathOnly
 	case cfg.GroupCheckouts:
 		l.checkouts = newGroupQueue(checkoutWindow, maxCheckoutGroup, l.commitCheckouts)

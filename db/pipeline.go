@@ -18,7 +18,8 @@ type step func(q *dbsqlc.Queries) error
 
 // beginPipelined begins a transaction on pool and runs steps in it, all in one round trip: one pgx
 // batch whose first query is BEGIN. A positive lockTimeout bounds every lock wait of the transaction
-// (SET LOCAL lock_timeout): a statement that would wait longer fails with lock_not_available. Each
+// (SET LOCAL lock_timeout, on every node of a Citus cluster): a statement that would wait longer fails
+// with lock_not_available. Each
 // step is called twice with the same arguments, first to queue its statement (the generated code gets
 // errQueued, which is ignored) and then, once the batch is sent, to read its result (the generated
 // code scans the batch's next result), so the SQL and its scanning stay sqlc's. errs holds each step's
@@ -31,6 +32,9 @@ func beginPipelined(ctx context.Context, pool *Pool, lockTimeout time.Duration, 
 	// while an earlier one waited for a lock.
 	batch.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if lockTimeout > 0 {
+		// On Citus a row's lock is waited for on its worker: the coordinator hands the timeout on to the
+		// workers' parts of the transaction only when told to (a placeholder setting on plain PostgreSQL).
+		batch.Queue("SET LOCAL citus.propagate_set_commands = 'local'")
 		batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds()))
 	}
 	queue := dbsqlc.New(queueing{batch})
@@ -41,7 +45,7 @@ func beginPipelined(ctx context.Context, pool *Pool, lockTimeout time.Duration, 
 	tx = results.Tx()
 	begin := 1
 	if lockTimeout > 0 {
-		begin = 2
+		begin = 3
 	}
 	for range begin {
 		if _, err := results.Exec(); err != nil {

@@ -135,11 +135,7 @@ func (o options) measure(ctx context.Context, citus bool, getenv func(string) st
 		return nil, err
 	}
 
-	distributed, err := db.Distributed(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	ledger := db.NewLedger(pool, db.LedgerConfig{Distributed: distributed})
+	ledger := db.NewLedger(pool, db.LedgerConfig{})
 	srv, err := startServer(ctx, o.bin, env)
 	if err != nil {
 		return nil, err
@@ -534,7 +530,7 @@ func (b *bench) billing(ctx context.Context) {
 		base := median("billing, "+accounts.label+", direct SQL", "Billing"+accounts.key+"/baseline")
 		reconciler := median("billing, "+accounts.label, "Billing"+accounts.key+"/reconciler")
 		b.add(base, nil)
-		b.rows = append(b.rows, row{result: reconciler, baseline: &base, note: "decisions/s, "+passes(b.o.billingSamples)+" (as every billing row)"})
+		b.rows = append(b.rows, row{result: reconciler, baseline: &base, note: "decisions/s, " + passes(b.o.billingSamples) + " (as every billing row)"})
 		if accounts.key == "1000" {
 			withHolds := median("billing with holds, 1,000 accounts", "BillingHolds1000/reconciler")
 			b.rows = append(b.rows, row{result: withHolds, baseline: &reconciler, note: "ratio vs billing without holds: every decision also captures its hold"})

@@ -85,11 +85,6 @@ func (e env) wire(ctx context.Context, work bool, observe func(kind, result stri
 		notifier = notify.NewNotifier(w.jobs, notifyCfg)
 		ledgerCfg.OnPosted = notifier.Enqueue
 	}
-	// Which backend the database runs on, asked once, for the life of the process.
-	if ledgerCfg.Distributed, err = db.Distributed(ctx, pool); err != nil {
-		pool.Close()
-		return nil, err
-	}
 	w.ledger = db.NewLedger(pool, ledgerCfg)
 	w.events.Ledger = w.ledger
 	w.events.Reapply = stripeevents.NewReapplier(w.jobs)

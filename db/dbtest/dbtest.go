@@ -41,19 +41,13 @@ func New(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-// Ledger returns the Ledger of pool's database, configured as cfg says (no side effects when empty), on
-// the backend the database runs on, as the binary finds it.
+// Ledger returns the Ledger of pool's database, configured as cfg says (no side effects when empty).
 func Ledger(t testing.TB, pool *pgxpool.Pool, cfg ...db.LedgerConfig) *db.Ledger {
 	t.Helper()
 	var c db.LedgerConfig
 	if len(cfg) > 0 {
 		c = cfg[0]
 	}
-	distributed, err := db.Distributed(context.Background(), pool)
-	if err != nil {
-		t.Fatalf("dbtest: %v", err)
-	}
-	c.Distributed = distributed
 	return db.NewLedger(pool, c)
 }
 

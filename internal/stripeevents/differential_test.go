@@ -18,7 +18,7 @@ import (
 // webhook: a seeded random stream of deliveries (sessions with and without an order, of another amount,
 // on accounts that do not exist, redelivered, completed twice, payments refunded or disputed before and
 // after they are recorded) gives, through it, exactly the results and the ledger the general path gives
-// (the same processor with the happy path off, as on Citus). A failing seed is in the subtest's name.
+// (the same processor with the happy path off). A failing seed is in the subtest's name.
 func TestDifferentialCheckoutHappyPath(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(6) {
@@ -28,7 +28,7 @@ func TestDifferentialCheckoutHappyPath(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			general, fast := dbtest.New(t), dbtest.New(t)
 			processors := []*stripeevents.Processor{
-				{Pool: general, Ledger: db.NewLedger(general, db.LedgerConfig{Distributed: true}), Log: log},
+				{Pool: general, Ledger: db.NewLedger(general, db.LedgerConfig{GeneralPathOnly: true}), Log: log},
 				{Pool: fast, Ledger: dbtest.Ledger(t, fast), Log: log},
 			}
 			accounts := []string{"acct_a", "acct_b", "acct_missing"}

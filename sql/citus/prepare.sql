@@ -26,11 +26,13 @@
 -- be a cross-node transaction anyway, and the chain check a cross-shard query.
 --
 -- The one road is the same function on both backends: ledger_append. What differs is what it calls:
--- accounts_lock (Citus locks rows only in single-shard statements: one account at a time, in id order),
+-- accounts_lock (Citus locks rows only in single-shard statements: one statement per shard, by depth,
+-- shard and id),
 -- ledger_keys_taken and claim_keys (the keys are claimed in dedupe_claims), ledger_batches (the entries
 -- are inserted one shard at a time) and stripe_events_lock_parked (one event at a time). No Citus
 -- statement inserts entries of its own. An entry is read back by its key through ledger_by_keys, which
--- on Citus waits for a claim's writer still committing on another node.
+-- on Citus waits for a claim's writer still committing on another node. The webhook's read before a
+-- Checkout Session's transaction, checkout_state, reads each row on its one shard.
 --
 -- The chain and the lots: ledger_chain and ledger_lots are statement-level triggers reading their
 -- transition table. Citus runs a distributed table's triggers on its shards, once per statement a shard
@@ -566,30 +568,55 @@ CREATE OR REPLACE FUNCTION accounts_lock(p_ids text[], p_balance bigint DEFAULT 
     LANGUAGE plpgsql AS
 $$
 DECLARE
-    account text;
     ids     text[];
+    depths  integer[];
+    account text;
+    shard   text[];
+    r       record;
 BEGIN
     ids := ARRAY(SELECT DISTINCT x FROM unnest(p_ids) AS x WHERE x IS NOT NULL ORDER BY x);
-    IF cardinality(ids) > 1 THEN
-        -- Roots first: the depths, read without a lock (a depth never changes), order the locks.
-        ids := ARRAY(SELECT a.id FROM accounts a WHERE a.id = ANY(ids) ORDER BY a.depth, a.id);
+    IF cardinality(ids) = 0 THEN
+        RETURN;
     END IF;
-    -- One router statement per account (Citus locks rows only in single-shard statements).
-    FOREACH account IN ARRAY ids LOOP
+    IF cardinality(ids) = 1 THEN
+        account := ids[1];
         RETURN QUERY
         SELECT a.id, a.last_seq, a.balance, a.held
         FROM accounts a
         WHERE a.id = account
           AND (p_balance IS NULL OR a.balance = p_balance)
         FOR NO KEY UPDATE;
+        RETURN;
+    END IF;
+    -- Roots first: the depths, read without a lock (a depth never changes), order the locks.
+    ids := '{}';
+    FOR r IN SELECT a.id, a.depth FROM accounts a WHERE a.id = ANY(p_ids) LOOP
+        ids := ids || r.id;
+        depths := depths || r.depth;
+    END LOOP;
+    -- Then one router statement per shard at each depth, in shard order, locking its rows in id order
+    -- (Citus locks rows only in single-shard statements): the accounts of a group commit spread over a
+    -- few shards cost a few statements, not one each. Every locker of several accounts goes through
+    -- here, so the order (depth, shard, id) is one order on the cluster.
+    FOR shard IN
+        SELECT array_agg(u.id ORDER BY u.id)
+        FROM unnest(ids, depths) AS u (id, depth)
+        GROUP BY u.depth, get_shard_id_for_distribution_column('accounts', u.id)
+        ORDER BY u.depth, get_shard_id_for_distribution_column('accounts', u.id)
+    LOOP
+        -- The ids as a literal: Citus prunes to the one shard when it plans the statement.
+        RETURN QUERY EXECUTE format(
+            'SELECT a.id, a.last_seq, a.balance, a.held FROM accounts a'
+            ' WHERE a.id = ANY(%L::text[]) AND (%L::bigint IS NULL OR a.balance = %L::bigint)'
+            ' ORDER BY a.id FOR NO KEY UPDATE', shard, p_balance, p_balance);
     END LOOP;
 END;
 $$;
 
 COMMENT ON FUNCTION accounts_lock(text[], bigint) IS
-    'On Citus: locks the existing accounts among p_ids one at a time, roots first (by depth, then id), each '
-    'by a router statement to its shard, and returns them as locked; with p_balance, only an account whose '
-    'balance is still that.';
+    'On Citus: locks the existing accounts among p_ids roots first, by depth, then shard, then id, with one '
+    'router statement per shard at each depth, and returns them as locked; with p_balance, only an account '
+    'whose balance is still that.';
 
 -- mirrors ledger_keys_taken of 000031_baseline.up.sql sha256 8157a202ad6a4069bc235acfe822e35ec603dbf5e24be93413582563813bee6b
 CREATE OR REPLACE FUNCTION ledger_keys_taken(p_keys text[])
@@ -639,6 +666,53 @@ COMMENT ON FUNCTION ledger_by_keys(text[]) IS
     'On Citus: the entries under the keys among p_keys, read by the account that claimed each key '
     '(dedupe_claims) on its shard; for a claim whose entry is not visible yet, after waiting (FOR SHARE on '
     'the account row) for the transaction that claimed it to commit on the account''s node.';
+
+-- mirrors checkout_state of 000034_checkout_state.up.sql sha256 99cbff4f49645596fc88c059e66086626a9a741157ae7f8479481dcf7c692898
+-- Each row on its one shard, not the plain form's join, which Citus runs over every shard of topups and
+-- stripe_events: the event by its id (stripe_events' distribution column), the order through the account
+-- that claimed its session (sessions:{id}, TopupsSetSession and TopupsPay), the account by its id. A
+-- claim whose order is not visible yet (its transaction still committing on the account's node) reads as
+-- no order: the happy path then records nothing (TopupsPay finds the session claimed) and the general
+-- path applies the event. Whether events wait for the payment reads every shard of stripe_events, as on
+-- plain PostgreSQL (payment_intent is not its distribution column): a parked event is rare and cheap to
+-- find (stripe_events_parked_payment_idx), but a delivery that skipped this read would take the happy
+-- path's transaction only to roll it back.
+CREATE OR REPLACE FUNCTION checkout_state(p_event_id text, p_session_id text, p_metadata_account_id text, p_payment_intent text)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE AS
+$$
+DECLARE
+    v_recorded boolean;
+    v_holder text;
+    v_order jsonb;
+    v_order_account text;
+    v_account jsonb;
+BEGIN
+    v_recorded := EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = p_event_id);
+    IF v_recorded THEN
+        -- A redelivery: nothing else is read for it.
+        RETURN jsonb_build_object('recorded', true, 'order', NULL, 'account', NULL, 'parked_waiting', false);
+    END IF;
+    SELECT c.account_id INTO v_holder FROM dedupe_claims c WHERE c.dedupe_key = 'sessions:' || p_session_id;
+    IF v_holder IS NOT NULL THEN
+        SELECT jsonb_build_object('id', t.id, 'account_id', t.account_id, 'amount', t.amount, 'currency', t.currency,
+                                  'status', t.status, 'credits', t.credits),
+               t.account_id
+        INTO v_order, v_order_account
+        FROM topups t
+        WHERE t.account_id = v_holder AND t.session_id = p_session_id;
+    END IF;
+    SELECT jsonb_build_object('id', a.id, 'currency', a.currency) INTO v_account
+    FROM accounts a
+    WHERE a.id = coalesce(v_order_account, p_metadata_account_id);
+    RETURN jsonb_build_object('recorded', false, 'order', v_order, 'account', v_account, 'parked_waiting', false);
+END;
+$$;
+
+COMMENT ON FUNCTION checkout_state(text, text, text, text) IS
+    'On Citus: what a Checkout Session''s completion reads before its transaction, each row on its one shard '
+    '(the event by id, the order by the account that claimed the session, the account by id); whether events '
+    'wait for the payment reads every shard of stripe_events.';
 
 -- mirrors claim_keys of 000031_baseline.up.sql sha256 5e375a801163d30d964415005b633df7c6893be1d780437ef42f726444c77b1a
 CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])

@@ -157,26 +157,14 @@ ORDER BY seq
 LIMIT @max_rows;
 
 -- name: StripeEventsCheckoutState :one
--- What a Checkout Session's completion needs to know before its transaction, in one read: whether the
--- event was recorded already (a redelivery, answered with no transaction at all), the session's order,
--- the account it credits (the order's, else the session's metadata account_id) and whether events are
--- parked waiting for the payment. It decides only which path the event takes: the happy path's own
--- statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPay, StripeEventsParkedWaiting, LedgerAppend) hold the
--- money's guarantees again (an event once, an order paid once and only for its amount and currency,
--- the credit once, nothing left parked), whatever changed since this read.
-SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = @event_id::text) AS recorded,
-       t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
-       t.status AS order_status, t.credits AS order_credits,
-       a.id AS account_id, a.currency AS account_currency,
-       EXISTS (
-           SELECT 1 FROM stripe_events p
-           WHERE p.outcome = 'parked'
-             AND p.parked_reason = 'unknown_payment'
-             AND p.payment_intent = @payment_intent::text
-       ) AS parked_waiting
-FROM (SELECT) AS one
-LEFT JOIN topups t ON t.session_id = @session_id::text
-LEFT JOIN accounts a ON a.id = coalesce(t.account_id, @metadata_account_id::text);
+-- What a Checkout Session's completion needs to know before its transaction, in one read
+-- (checkout_state): whether the event was recorded already, the session's order, the account it credits
+-- and whether events are parked waiting for the payment. It decides only which path the event takes: the
+-- happy path's own statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPay,
+-- StripeEventsParkedWaiting, LedgerAppend) hold the money's guarantees again (an event once, an order paid
+-- once and only for its amount and currency, the credit once, nothing left parked), whatever changed
+-- since this read.
+SELECT checkout_state(@event_id::text, @session_id::text, @metadata_account_id::text, @payment_intent::text)::jsonb AS state;
 
 -- name: StripeEventsParkedForObjects :many
 -- The parked events of the given payments whose object (data.object.id) is one of object_ids, newest

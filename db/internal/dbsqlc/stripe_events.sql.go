@@ -11,69 +11,33 @@ import (
 )
 
 const stripeEventsCheckoutState = `-- name: StripeEventsCheckoutState :one
-SELECT EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = $1::text) AS recorded,
-       t.id AS order_id, t.account_id AS order_account_id, t.amount AS order_amount, t.currency AS order_currency,
-       t.status AS order_status, t.credits AS order_credits,
-       a.id AS account_id, a.currency AS account_currency,
-       EXISTS (
-           SELECT 1 FROM stripe_events p
-           WHERE p.outcome = 'parked'
-             AND p.parked_reason = 'unknown_payment'
-             AND p.payment_intent = $2::text
-       ) AS parked_waiting
-FROM (SELECT) AS one
-LEFT JOIN topups t ON t.session_id = $3::text
-LEFT JOIN accounts a ON a.id = coalesce(t.account_id, $4::text)
+SELECT checkout_state($1::text, $2::text, $3::text, $4::text)::jsonb AS state
 `
 
 type StripeEventsCheckoutStateParams struct {
 	EventID           string
-	PaymentIntent     string
 	SessionID         string
 	MetadataAccountID string
+	PaymentIntent     string
 }
 
-type StripeEventsCheckoutStateRow struct {
-	Recorded        bool
-	OrderID         *string
-	OrderAccountID  *string
-	OrderAmount     *int64
-	OrderCurrency   *string
-	OrderStatus     *string
-	OrderCredits    *int64
-	AccountID       *string
-	AccountCurrency *string
-	ParkedWaiting   bool
-}
-
-// What a Checkout Session's completion needs to know before its transaction, in one read: whether the
-// event was recorded already (a redelivery, answered with no transaction at all), the session's order,
-// the account it credits (the order's, else the session's metadata account_id) and whether events are
-// parked waiting for the payment. It decides only which path the event takes: the happy path's own
-// statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPay, StripeEventsParkedWaiting, LedgerAppend) hold the
-// money's guarantees again (an event once, an order paid once and only for its amount and currency,
-// the credit once, nothing left parked), whatever changed since this read.
-func (q *Queries) StripeEventsCheckoutState(ctx context.Context, arg StripeEventsCheckoutStateParams) (StripeEventsCheckoutStateRow, error) {
+// What a Checkout Session's completion needs to know before its transaction, in one read
+// (checkout_state): whether the event was recorded already, the session's order, the account it credits
+// and whether events are parked waiting for the payment. It decides only which path the event takes: the
+// happy path's own statements (StripeEventsInsert, StripeEventsLockPayment, TopupsPay,
+// StripeEventsParkedWaiting, LedgerAppend) hold the money's guarantees again (an event once, an order paid
+// once and only for its amount and currency, the credit once, nothing left parked), whatever changed
+// since this read.
+func (q *Queries) StripeEventsCheckoutState(ctx context.Context, arg StripeEventsCheckoutStateParams) ([]byte, error) {
 	row := q.db.QueryRow(ctx, stripeEventsCheckoutState,
 		arg.EventID,
-		arg.PaymentIntent,
 		arg.SessionID,
 		arg.MetadataAccountID,
+		arg.PaymentIntent,
 	)
-	var i StripeEventsCheckoutStateRow
-	err := row.Scan(
-		&i.Recorded,
-		&i.OrderID,
-		&i.OrderAccountID,
-		&i.OrderAmount,
-		&i.OrderCurrency,
-		&i.OrderStatus,
-		&i.OrderCredits,
-		&i.AccountID,
-		&i.AccountCurrency,
-		&i.ParkedWaiting,
-	)
-	return i, err
+	var state []byte
+	err := row.Scan(&state)
+	return state, err
 }
 
 const stripeEventsExists = `-- name: StripeEventsExists :one

@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS checkout_state(text, text, text, text);
