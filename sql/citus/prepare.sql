@@ -673,46 +673,51 @@ COMMENT ON FUNCTION ledger_by_keys(text[]) IS
 -- that claimed its session (sessions:{id}, TopupsSetSession and TopupsPay), the account by its id. A
 -- claim whose order is not visible yet (its transaction still committing on the account's node) reads as
 -- no order: the happy path then records nothing (TopupsPay finds the session claimed) and the general
--- path applies the event. Whether events wait for the payment reads every shard of stripe_events, as on
--- plain PostgreSQL (payment_intent is not its distribution column): a parked event is rare and cheap to
--- find (stripe_events_parked_payment_idx), but a delivery that skipped this read would take the happy
--- path's transaction only to roll it back.
+-- path applies the event. A recorded event reads nothing more (a redelivery). Whether events wait for the
+-- payment is not read here: payment_intent is not stripe_events' distribution column, so the read would go
+-- to every shard for every delivery, where a parked event is rare. The happy path's transaction reads it
+-- after the payment's lock (StripeEventsParkedWaiting), as on plain PostgreSQL, and rolls back for the
+-- general path when an event waits.
 CREATE OR REPLACE FUNCTION checkout_state(p_event_id text, p_session_id text, p_metadata_account_id text, p_payment_intent text)
     RETURNS jsonb
     LANGUAGE plpgsql STABLE AS
 $$
 DECLARE
-    v_recorded boolean;
+    v_key text;
     v_holder text;
     v_order jsonb;
-    v_order_account text;
+    v_account_id text;
     v_account jsonb;
 BEGIN
-    v_recorded := EXISTS (SELECT 1 FROM stripe_events e WHERE e.event_id = p_event_id);
-    IF v_recorded THEN
+    -- Each statement names its distribution column with a value alone, which Citus routes without
+    -- planning the statement as a distributed query.
+    PERFORM 1 FROM stripe_events e WHERE e.event_id = p_event_id;
+    IF FOUND THEN
         -- A redelivery: nothing else is read for it.
         RETURN jsonb_build_object('recorded', true, 'order', NULL, 'account', NULL, 'parked_waiting', false);
     END IF;
-    SELECT c.account_id INTO v_holder FROM dedupe_claims c WHERE c.dedupe_key = 'sessions:' || p_session_id;
+    v_key := 'sessions:' || p_session_id;
+    SELECT c.account_id INTO v_holder FROM dedupe_claims c WHERE c.dedupe_key = v_key;
     IF v_holder IS NOT NULL THEN
         SELECT jsonb_build_object('id', t.id, 'account_id', t.account_id, 'amount', t.amount, 'currency', t.currency,
                                   'status', t.status, 'credits', t.credits),
                t.account_id
-        INTO v_order, v_order_account
+        INTO v_order, v_account_id
         FROM topups t
         WHERE t.account_id = v_holder AND t.session_id = p_session_id;
     END IF;
+    v_account_id := coalesce(v_account_id, p_metadata_account_id);
     SELECT jsonb_build_object('id', a.id, 'currency', a.currency) INTO v_account
     FROM accounts a
-    WHERE a.id = coalesce(v_order_account, p_metadata_account_id);
+    WHERE a.id = v_account_id;
     RETURN jsonb_build_object('recorded', false, 'order', v_order, 'account', v_account, 'parked_waiting', false);
 END;
 $$;
 
 COMMENT ON FUNCTION checkout_state(text, text, text, text) IS
     'On Citus: what a Checkout Session''s completion reads before its transaction, each row on its one shard '
-    '(the event by id, the order by the account that claimed the session, the account by id); whether events '
-    'wait for the payment reads every shard of stripe_events.';
+    '(the event by id, the order by the account that claimed the session, the account by id), nothing more '
+    'for a recorded event; events waiting for the payment are left to the happy path''s transaction.';
 
 -- mirrors claim_keys of 000031_baseline.up.sql sha256 5e375a801163d30d964415005b633df7c6893be1d780437ef42f726444c77b1a
 CREATE OR REPLACE FUNCTION claim_keys(p_keys text[], p_account_ids text[])
