@@ -19,13 +19,13 @@ type step func(q *dbsqlc.Queries) error
 // beginPipelined begins a transaction on pool and runs steps in it, all in one round trip: one pgx
 // batch whose first query is BEGIN. A positive lockTimeout bounds every lock wait of the transaction
 // (SET LOCAL lock_timeout, on every node of a Citus cluster): a statement that would wait longer fails
-// with lock_not_available. Each
-// step is called twice with the same arguments, first to queue its statement (the generated code gets
-// errQueued, which is ignored) and then, once the batch is sent, to read its result (the generated
-// code scans the batch's next result), so the SQL and its scanning stay sqlc's. errs holds each step's
-// error: after a failed statement PostgreSQL skips the rest, whose errors then say so. err is set, and
-// the transaction already closed, only when the batch could not begin it. Otherwise the caller must
-// commit or roll back tx, through endPipelined: with InTx, the only places that end a transaction.
+// with lock_not_available. Each step is called twice with the same arguments, first to queue its
+// statement (the generated code gets errQueued, which is ignored) and then, once the batch is sent, to
+// read its result (the generated code scans the batch's next result), so the SQL and its scanning stay
+// sqlc's. errs holds each step's error: after a failed statement PostgreSQL skips the rest, whose
+// errors then say so. err is set, and the transaction already closed, only when the batch could not
+// begin it. Otherwise the caller must commit or roll back tx, through endPipelined: with InTx, the only
+// places that end a transaction.
 func beginPipelined(ctx context.Context, pool *Pool, lockTimeout time.Duration, steps []step) (tx Tx, errs []error, err error) {
 	batch := &pgx.Batch{}
 	// READ COMMITTED whatever the server's default: each statement's snapshot must see what committed

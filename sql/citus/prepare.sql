@@ -568,11 +568,11 @@ CREATE OR REPLACE FUNCTION accounts_lock(p_ids text[], p_balance bigint DEFAULT 
     LANGUAGE plpgsql AS
 $$
 DECLARE
-    ids     text[];
-    depths  integer[];
-    account text;
-    shard   text[];
-    r       record;
+    ids       text[];
+    depths    integer[];
+    account   text;
+    shard_ids text[];
+    r         record;
 BEGIN
     ids := ARRAY(SELECT DISTINCT x FROM unnest(p_ids) AS x WHERE x IS NOT NULL ORDER BY x);
     IF cardinality(ids) = 0 THEN
@@ -598,7 +598,7 @@ BEGIN
     -- (Citus locks rows only in single-shard statements): the accounts of a group commit spread over a
     -- few shards cost a few statements, not one each. Every locker of several accounts goes through
     -- here, so the order (depth, shard, id) is one order on the cluster.
-    FOR shard IN
+    FOR shard_ids IN
         SELECT array_agg(u.id ORDER BY u.id)
         FROM unnest(ids, depths) AS u (id, depth)
         GROUP BY u.depth, get_shard_id_for_distribution_column('accounts', u.id)
@@ -608,7 +608,7 @@ BEGIN
         RETURN QUERY EXECUTE format(
             'SELECT a.id, a.last_seq, a.balance, a.held FROM accounts a'
             ' WHERE a.id = ANY(%L::text[]) AND (%L::bigint IS NULL OR a.balance = %L::bigint)'
-            ' ORDER BY a.id FOR NO KEY UPDATE', shard, p_balance, p_balance);
+            ' ORDER BY a.id FOR NO KEY UPDATE', shard_ids, p_balance, p_balance);
     END LOOP;
 END;
 $$;
