@@ -246,8 +246,9 @@ func distributeTable(ctx context.Context, conn *pgx.Conn, table, column, colocat
 }
 
 // Distributed reports whether q's database was distributed by the distribute step (its marker table
-// exists). NewLedger asks it once; no operation asks again: what differs on Citus is decided then, or
-// lives in the database itself (the functions sql/citus gives their Citus form).
+// exists). Only the migrations ask it (a distributed database runs each migration a statement at a
+// time): what differs on Citus lives in the database itself (the functions sql/citus gives their Citus
+// form).
 func Distributed(ctx context.Context, q Conn) (bool, error) {
 	var distributed bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, citusMarker).Scan(&distributed); err != nil {

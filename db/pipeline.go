@@ -37,16 +37,14 @@ func beginPipelined(ctx context.Context, pool *Pool, lockTimeout time.Duration, 
 		batch.Queue("SET LOCAL citus.propagate_set_commands = 'local'")
 		batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds()))
 	}
+	// BEGIN and the settings: the results to read before the steps'.
+	begin := batch.Len()
 	queue := dbsqlc.New(queueing{batch})
 	for _, s := range steps {
 		_ = s(queue)
 	}
 	results := pool.SendBatch(ctx, batch)
 	tx = results.Tx()
-	begin := 1
-	if lockTimeout > 0 {
-		begin = 3
-	}
 	for range begin {
 		if _, err := results.Exec(); err != nil {
 			_ = results.Close()
