@@ -182,6 +182,29 @@ func (r *remoteCommands) take() []string {
 	return commands
 }
 
+// remoteLoggingPool is a pool on url whose connections log the commands they send the workers (read with
+// remote.take), and whose statements go to tracer when there is one. It is closed when the test ends.
+func remoteLoggingPool(t *testing.T, url string, tracer pgx.QueryTracer) (pool *pgxpool.Pool, remote *remoteCommands) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote = &remoteCommands{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.ConnConfig.OnNotice = remote.notice
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `SET citus.log_remote_commands = on`)
+		return err
+	}
+	pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, remote
+}
+
 // Where each statement runs on the cluster, read from EXPLAIN of every statement the real operations ran
 // (with their arguments) and from the commands the coordinator sent to the workers:
 //   - no statement repartitions rows between workers, and no INSERT ... SELECT reads a distributed table
@@ -196,22 +219,7 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 	ctx := context.Background()
 	url := dbtest.URL(t)
 	recorded := &statements{}
-	remote := &remoteCommands{}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = recorded
-	cfg.ConnConfig.OnNotice = remote.notice
-	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, `SET citus.log_remote_commands = on`)
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, remote := remoteLoggingPool(t, url, recorded)
 	explain, err := pgxpool.New(ctx, url) // EXPLAIN on a pool of its own: its statements are not recorded
 	if err != nil {
 		t.Fatal(err)
@@ -334,6 +342,46 @@ func TestCitusStatementsRunWhereTheirRowsAre(t *testing.T) {
 		t.Fatalf("recorded %d statements for one account, %d for the passes, %d remote commands", len(oneAccount), len(passes), len(oneAccountCommands))
 	}
 }
+
+// A group of first deliveries records its events (stripe_events_insert_group) as each shard's own
+// INSERT ... VALUES: no intermediate result is written for them on the workers, as an INSERT ... SELECT
+// from the arrays through the coordinator does (tens of milliseconds of a group's transaction).
+func TestCitusGroupRecordsItsEventsOnTheirShards(t *testing.T) {
+	t.Parallel()
+	pool, remote := remoteLoggingPool(t, dbtest.URL(t), nil)
+	g := dbtest.Ledger(t, pool, db.LedgerConfig{GroupCheckouts: true})
+	var payments []db.CheckoutPayment
+	for i := range 12 {
+		account := fmt.Sprintf("acct_g%02d", i)
+		newAccount(t, pool, account)
+		payments = append(payments, checkoutPayment(fmt.Sprintf("evt_g%02d", i), fmt.Sprintf("cs_g%02d", i), fmt.Sprintf("pi_g%02d", i), account, 100))
+	}
+	wait := startOneGroup(t, pool, g, payments)
+	remote.take() // the group is held: what follows is its transaction
+	for i, a := range wait() {
+		if a.err != nil || a.paid != db.CheckoutCredited {
+			t.Fatalf("member %d: %v %v, want credited", i, a.paid, a.err)
+		}
+	}
+	shards := map[string]bool{}
+	for _, c := range remote.take() {
+		shard := eventShard.FindString(c)
+		if shard == "" {
+			continue
+		}
+		if strings.Contains(c, "intermediate_result") {
+			t.Errorf("the group's events went through an intermediate result: %.300s", c)
+		}
+		if strings.HasPrefix(c, "INSERT INTO") {
+			shards[shard] = true
+		}
+	}
+	if len(shards) < 2 {
+		t.Fatalf("the group inserted its events on %d shards of stripe_events (%v), want each event's", len(shards), shards)
+	}
+}
+
+var eventShard = regexp.MustCompile(`stripe_events_\d+`)
 
 // payCheckoutByTheGeneralPath applies a paid Checkout Session's first delivery as the webhook's general
 // path does (internal/stripeevents' Processor.Process): whether the event is recorded, then in

@@ -8,20 +8,14 @@ ON CONFLICT (event_id) DO NOTHING
 RETURNING seq;
 
 -- name: StripeEventsInsertGroup :many
--- Records a group of verified events in one statement, in the transaction that applies them (the
--- webhook's group commit of first deliveries, CheckoutGrouper, whose transaction waits at most 25 ms
--- for any lock, else its members take their own transactions); the arrays are read in lockstep, one
--- element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at most once:
--- returns the ids inserted, and an event recorded already, or meanwhile by a concurrent delivery
--- (waited for), is simply not among them.
-INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, payment_intent)
-SELECT (@event_ids::text[])[i], (@types::text[])[i], (@api_versions::text[])[i], (@livemodes::boolean[])[i],
-       (@created::timestamptz[])[i], (@payloads::jsonb[])[i], (@outcomes::text[])[i], (@payment_intents::text[])[i]
-FROM generate_subscripts(@event_ids::text[], 1) AS i
--- In id order: two groups (of two processes) holding the same events lock them in the same order.
-ORDER BY (@event_ids::text[])[i]
-ON CONFLICT (event_id) DO NOTHING
-RETURNING event_id;
+-- Records a group of verified events in one call (stripe_events_insert_group), in the transaction that
+-- applies them (the webhook's group commit of first deliveries, CheckoutGrouper, whose transaction waits
+-- at most 25 ms for any lock, else its members take their own transactions); the arrays are read in
+-- lockstep, one element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at
+-- most once: returns the ids inserted, and an event recorded already, or meanwhile by a concurrent
+-- delivery (waited for), is simply not among them.
+SELECT stripe_events_insert_group(@event_ids::text[], @types::text[], @api_versions::text[], @livemodes::boolean[],
+                                  @created::timestamptz[], @payloads::jsonb[], @outcomes::text[], @payment_intents::text[])::text AS event_id;
 
 -- name: StripeEventsSetOutcome :execrows
 -- Records the outcome of re-applying a stored event (replay, or un-parking when its payment arrives).

@@ -137,13 +137,8 @@ func (q *Queries) StripeEventsInsert(ctx context.Context, arg StripeEventsInsert
 }
 
 const stripeEventsInsertGroup = `-- name: StripeEventsInsertGroup :many
-INSERT INTO stripe_events (event_id, type, api_version, livemode, created, payload, outcome, payment_intent)
-SELECT ($1::text[])[i], ($2::text[])[i], ($3::text[])[i], ($4::boolean[])[i],
-       ($5::timestamptz[])[i], ($6::jsonb[])[i], ($7::text[])[i], ($8::text[])[i]
-FROM generate_subscripts($1::text[], 1) AS i
-ORDER BY ($1::text[])[i]
-ON CONFLICT (event_id) DO NOTHING
-RETURNING event_id
+SELECT stripe_events_insert_group($1::text[], $2::text[], $3::text[], $4::boolean[],
+                                  $5::timestamptz[], $6::jsonb[], $7::text[], $8::text[])::text AS event_id
 `
 
 type StripeEventsInsertGroupParams struct {
@@ -157,13 +152,12 @@ type StripeEventsInsertGroupParams struct {
 	PaymentIntents []string
 }
 
-// Records a group of verified events in one statement, in the transaction that applies them (the
-// webhook's group commit of first deliveries, CheckoutGrouper, whose transaction waits at most 25 ms
-// for any lock, else its members take their own transactions); the arrays are read in lockstep, one
-// element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at most once:
-// returns the ids inserted, and an event recorded already, or meanwhile by a concurrent delivery
-// (waited for), is simply not among them.
-// In id order: two groups (of two processes) holding the same events lock them in the same order.
+// Records a group of verified events in one call (stripe_events_insert_group), in the transaction that
+// applies them (the webhook's group commit of first deliveries, CheckoutGrouper, whose transaction waits
+// at most 25 ms for any lock, else its members take their own transactions); the arrays are read in
+// lockstep, one element per event, none parked. As StripeEventsInsert, stripe_events_pkey makes each at
+// most once: returns the ids inserted, and an event recorded already, or meanwhile by a concurrent
+// delivery (waited for), is simply not among them.
 func (q *Queries) StripeEventsInsertGroup(ctx context.Context, arg StripeEventsInsertGroupParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, stripeEventsInsertGroup,
 		arg.EventIDs,
