@@ -89,14 +89,18 @@ CREATE OR REPLACE FUNCTION ledger_chain_advance() RETURNS trigger
     LANGUAGE plpgsql AS
 $$
 DECLARE
+    account         text;
     accounts_shard  text;
     posted_accounts bigint;
     moved_accounts  bigint;
 BEGIN
-    SELECT shard_of('accounts', min(account_id)) INTO accounts_shard FROM new_entries;
-    IF accounts_shard IS NULL THEN
+    -- A statement that inserted no entry (every one left out by its key) moves nothing, and has no
+    -- account to name a shard by.
+    SELECT min(account_id) INTO account FROM new_entries;
+    IF account IS NULL THEN
         RETURN NULL;
     END IF;
+    accounts_shard := shard_of('accounts', account);
     EXECUTE format($sql$
         WITH steps AS (
             SELECT account_id, seq, amount, balance_after,
