@@ -121,6 +121,118 @@ func TestLedgerInsertLeavingOutEveryEntryChangesNothing(t *testing.T) {
 	}
 }
 
+// ledger_insert writes a plan's rows with one statement on plain PostgreSQL; its Citus form writes up to
+// 1,000 rows as one INSERT ... VALUES (literals) and more with an INSERT ... SELECT per shard. The same
+// plan of 1,200 rows over 24 accounts (on Citus, every shard), posted in one call and in three calls of 400
+// on other accounts, leaves the same entries, lots and balances, every column compared: what ledger_append
+// posts does not depend on the form that wrote it.
+func TestLedgerAppendPostsAlikeInOneCallOrMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	const accounts, rows = 24, 1200
+	for _, set := range []string{"one", "many"} {
+		for a := range accounts {
+			createAccount(t, pool, fmt.Sprintf("acct_%s_%02d", set, a))
+		}
+	}
+	// Credits with every kind of lot terms and cost, debits with who and what, descriptions that need quoting.
+	type plan struct {
+		accounts, kinds, descriptions, keys, intents, categories, expiresAt, subjects, features, currencies, onBehalfOf []string
+		amounts, costs                                                                                                  []int64
+		priorities                                                                                                      []int16
+		ttls                                                                                                            []float64
+	}
+	build := func(set string, from, to int) plan {
+		var p plan
+		for i := from; i < to; i++ {
+			credit := i%3 != 2
+			amount := int64(100 + i)
+			kind := "topup"
+			if !credit {
+				amount, kind = -int64(1+i%7), "usage"
+			} else if i%2 == 1 {
+				kind = "grant"
+			}
+			p.accounts = append(p.accounts, fmt.Sprintf("acct_%s_%02d", set, i%accounts))
+			p.kinds = append(p.kinds, kind)
+			p.amounts = append(p.amounts, amount)
+			p.descriptions = append(p.descriptions, fmt.Sprintf("row %d: it's \\ \"%s\", 100%%", i, kind))
+			p.keys = append(p.keys, map[bool]string{true: fmt.Sprintf("alike:%s:%d", set, i), false: ""}[i%5 != 0])
+			p.intents = append(p.intents, map[bool]string{true: fmt.Sprintf("pi_%d", i), false: ""}[i%4 == 0])
+			p.categories = append(p.categories, []string{"", "paid", "promotional"}[i%3])
+			p.priorities = append(p.priorities, int16(i%101))
+			p.expiresAt = append(p.expiresAt, map[bool]string{true: "2031-02-03T04:05:06.789012Z", false: ""}[i%4 == 1])
+			p.ttls = append(p.ttls, float64(i%3)*3600.5)
+			p.costs = append(p.costs, int64(i%4)*25)
+			p.currencies = append(p.currencies, map[bool]string{true: "usd", false: ""}[i%2 == 0])
+			p.subjects = append(p.subjects, map[bool]string{true: fmt.Sprintf("user_%d@example.com", i%9), false: ""}[i%2 == 1])
+			p.features = append(p.features, map[bool]string{true: "chat.tokens", false: ""}[i%3 == 2])
+			p.onBehalfOf = append(p.onBehalfOf, map[bool]string{true: fmt.Sprintf("member_%d", i%5), false: ""}[!credit && i%2 == 0])
+		}
+		return p
+	}
+	appendPlan := func(p plan) int {
+		t.Helper()
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_append($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+			p_payment_intents => $6::text[], p_lot_categories => $7::text[], p_lot_priorities => $8::smallint[],
+			p_lot_expires_at => $9::text[], p_lot_ttls => $10::double precision[], p_subjects => $11::text[],
+			p_features => $12::text[], p_lot_cost_amounts => $13::bigint[], p_lot_cost_currencies => $14::text[],
+			p_on_behalf_of => $15::text[])`,
+			p.accounts, p.kinds, p.amounts, p.descriptions, p.keys, p.intents, p.categories, p.priorities, p.expiresAt,
+			p.ttls, p.subjects, p.features, p.costs, p.currencies, p.onBehalfOf).Scan(&n)
+		if err != nil {
+			t.Fatalf("ledger_append of %d rows: %v", len(p.accounts), err)
+		}
+		return n
+	}
+	if n := appendPlan(build("one", 0, rows)); n != rows {
+		t.Fatalf("one call posted %d entries, want %d", n, rows)
+	}
+	for from := 0; from < rows; from += 400 {
+		if n := appendPlan(build("many", from, from+400)); n != 400 {
+			t.Fatalf("the call of rows %d to %d posted %d entries, want 400", from, from+400, n)
+		}
+	}
+	// Each set's rows as a row's text (a NULL is empty), by account (its number) and seq; a lifetime's
+	// expiry from created_at.
+	read := func(set string) []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `
+			SELECT ROW(right(l.account_id, 2), l.seq, l.kind, l.amount, l.description,
+			                 replace(l.dedupe_key, $1, ''), l.payment_intent, l.balance_after, l.lot_id, l.reverses_entry_id,
+			                 l.lot_category, l.lot_priority,
+			                 CASE WHEN l.lot_expires_at = '2031-02-03T04:05:06.789012Z' THEN 'at ' || l.lot_expires_at::text
+			                      ELSE (l.lot_expires_at - l.created_at)::text END,
+			                 l.subject, l.feature, l.lot_cost_amount, l.lot_cost_currency, l.on_behalf_of,
+			                 c.category, c.priority, c.amount, c.remaining, c.cost_amount, c.cost_currency,
+			                 a.balance, a.last_seq)::text
+			FROM ledger l
+			JOIN accounts a ON a.id = l.account_id
+			LEFT JOIN credit_lots c ON c.account_id = l.account_id AND c.entry_id = l.id
+			WHERE l.account_id LIKE $2
+			ORDER BY right(l.account_id, 2), l.seq`, "alike:"+set+":", "acct_"+set+"_%")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	one, many := read("one"), read("many")
+	if len(one) != rows || len(many) != rows {
+		t.Fatalf("%d and %d entries stored, want %d each", len(one), len(many), rows)
+	}
+	for i := range one {
+		if one[i] != many[i] {
+			t.Errorf("entry %d posted in one call:\n  %s\nin three:\n  %s", i, one[i], many[i])
+		}
+	}
+}
+
 // One key posted 64 times at once, spread over four accounts (on Citus, over shards and nodes): one
 // entry; the other accounts' postings are conflicts, never a second entry, whoever wins.
 func TestKeyRacedOverFourAccountsPostsOnce(t *testing.T) {
