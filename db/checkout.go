@@ -164,7 +164,7 @@ func (l *Ledger) payCheckoutOwn(ctx context.Context, p CheckoutPayment) (Checkou
 // end there: then it writes nothing and returns errLockWait.
 func (l *Ledger) payCheckoutAlone(ctx context.Context, p CheckoutPayment, lockTimeout time.Duration) (CheckoutPaid, Posted, error) {
 	var (
-		orders  []dbsqlc.TopupsPayRow
+		orders  []dbsqlc.Topup
 		waiting []string
 		entries []dbsqlc.LedgerAppendRow
 		o, e    = p.Order, p.Event

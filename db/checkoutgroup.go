@@ -180,7 +180,7 @@ func (l *Ledger) payGroup(ctx context.Context, group []*checkoutMember) (posted 
 	orders := payArgs(payments...)
 	var (
 		recorded []string
-		paid     []dbsqlc.TopupsPayRow
+		paid     []dbsqlc.Topup
 		waiting  []string
 		entries  []dbsqlc.LedgerAppendRow
 	)
@@ -216,7 +216,7 @@ func (l *Ledger) payGroup(ctx context.Context, group []*checkoutMember) (posted 
 	for _, pi := range waiting {
 		parked[pi] = true
 	}
-	paidBy := map[string]dbsqlc.TopupsPayRow{}
+	paidBy := map[string]dbsqlc.Topup{}
 	for _, r := range paid {
 		paidBy[deref(r.SessionID)] = r
 	}

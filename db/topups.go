@@ -173,12 +173,7 @@ func PayTopup(ctx context.Context, q Conn, o Topup, eventID string) (order Topup
 	if len(rows) == 0 {
 		return Topup{}, false, nil
 	}
-	r := rows[0]
-	return topupFromRow(dbsqlc.Topup{
-		ID: r.ID, AccountID: r.AccountID, SessionID: r.SessionID, PaymentIntent: r.PaymentIntent, Amount: r.Amount,
-		Credits: r.Credits, Currency: r.Currency, Status: r.Status, CheckoutURL: r.CheckoutURL, PaidEventID: r.PaidEventID,
-		CreatedAt: r.CreatedAt, PaidAt: r.PaidAt, IdempotencyKey: r.IdempotencyKey, RequestFingerprint: r.RequestFingerprint,
-	}), true, nil
+	return topupFromRow(rows[0]), true, nil
 }
 
 // ExpireTopup moves the session's order from pending to expired (checkout.session.expired), at most
