@@ -22,8 +22,11 @@ const (
 	clusterWorkers  = 2
 )
 
-// citusSettings load Citus into every node. A small machine runs all three nodes: 8 shards per table
-// (Citus's default is 32) keep a schema change and a multi-shard query to a few tasks per worker;
+// citusSettings load Citus into every node. A small machine runs all three nodes: one shard per table
+// and worker (Citus's default is 32 per table), since every transaction over several accounts (a webhook
+// group, a billing chunk, a cascade) sends a statement to each shard it touches, one after the other on
+// each worker: first deliveries at 32 concurrent took about 340/s over 8 shards, 410/s over 4 and 570/s
+// over 2 (docs/scaling.md);
 // Citus opens connections between nodes, so each node allows more than the default 100, in plain text on
 // loopback (its default asks for TLS, which these private clusters do not set up). A statement runs its
 // shards over one connection per worker: with Citus's default (up to 16), a webhook delivery's reads over
@@ -34,7 +37,7 @@ const (
 // JIT is off on every node, as db.Open turns it off in the service's own sessions: the tasks of a
 // distributed statement run in the sessions Citus opens to the nodes, with the nodes' settings, and a
 // billing chunk's tasks were compiled there (about a sixth of a pass, docs/scaling.md).
-var citusSettings = []string{"shared_preload_libraries=citus", "max_connections=300", "citus.shard_count=8",
+var citusSettings = []string{"shared_preload_libraries=citus", "max_connections=300", "citus.shard_count=2",
 	"citus.max_adaptive_executor_pool_size=1", "citus.node_conninfo=sslmode=disable", "max_worker_processes=64",
 	"jit=off"}
 
