@@ -912,7 +912,7 @@ COMMENT ON FUNCTION claim_keys(text[], text[]) IS
 -- with COPY, in the middle of which the triggers cannot run their statements, so it goes one shard at a
 -- time, each through the coordinator and an intermediate result on the worker. Measured on the local
 -- cluster, warm and idle: ledger_append of 32 credits on 32 accounts over 8 shards took 28 to 32 ms that
--- way and 15 to 16 ms this way. Beyond 1,000 rows (a billing chunk's), that SELECT, one shard at a time,
+-- way and 17 to 22 ms this way. Beyond 1,000 rows (a billing chunk's), that SELECT, one shard at a time,
 -- stays: as for claim_keys, literals cost more per row than they save.
 CREATE OR REPLACE FUNCTION ledger_insert(p_k bigint[], p_account_ids text[], p_seqs bigint[], p_balances_after bigint[], p_dedupe_keys text[], p_kinds text[], p_amounts bigint[], p_descriptions text[], p_payment_intents text[], p_lot_ids bigint[], p_reverses_entry_ids bigint[], p_lot_categories text[], p_lot_priorities smallint[], p_lot_expires_at text[], p_lot_ttls double precision[], p_subjects text[], p_features text[], p_lot_cost_amounts bigint[], p_lot_cost_currencies text[], p_on_behalf_of text[])
     RETURNS TABLE(k bigint, id bigint, account_id text, kind text, amount bigint, description text, dedupe_key text, payment_intent text, seq bigint, balance_after bigint, created_at timestamptz, lot_id bigint, reverses_entry_id bigint, subject text, feature text, on_behalf_of text)
