@@ -741,6 +741,7 @@ DECLARE
     paid          topups;
     paid_keys     text[] := '{}';
     paid_accounts text[] := '{}';
+    paid_sessions text[] := '{}';
     known_ids     text[];
     known_currencies text[];
     claimed       text[];
@@ -768,9 +769,20 @@ BEGIN
             paid_keys := paid_keys || ('payments:' || paid.payment_intent);
             paid_accounts := paid_accounts || paid.account_id;
         END IF;
+        IF paid.session_id IS NOT NULL THEN
+            paid_sessions := paid_sessions || paid.session_id;
+        END IF;
     END LOOP;
 
     -- The sessions to record: on an account that exists and has the session's currency, claimed for it.
+    -- A session whose order the UPDATE just paid is not among them: the plain form's insert of it finds
+    -- that order (topups_session_id_key) and does nothing. When no other session is left (every order
+    -- existed, as for sessions created through the API), nothing more is read or written.
+    IF NOT EXISTS (SELECT 1 FROM generate_subscripts(p_ids, 1) AS i
+                   WHERE nullif(p_session_ids[i], '') IS NOT NULL AND NOT p_session_ids[i] = ANY(paid_sessions)) THEN
+        PERFORM claim_unique(paid_keys, paid_accounts, 'topups', 'topups_payment_intent_key');
+        RETURN;
+    END IF;
     SELECT coalesce(array_agg(a.id), '{}'), coalesce(array_agg(a.currency), '{}')
     INTO known_ids, known_currencies
     FROM accounts a
@@ -780,11 +792,13 @@ BEGIN
             ARRAY(SELECT 'sessions:' || p_session_ids[i] FROM generate_subscripts(p_ids, 1) AS i
                   JOIN unnest(known_ids, known_currencies) AS a (id, currency)
                       ON a.id = p_account_ids[i] AND lower(a.currency) = lower(p_currencies[i])
-                  WHERE nullif(p_session_ids[i], '') IS NOT NULL ORDER BY i),
+                  WHERE nullif(p_session_ids[i], '') IS NOT NULL AND NOT p_session_ids[i] = ANY(paid_sessions)
+                  ORDER BY i),
             ARRAY(SELECT p_account_ids[i] FROM generate_subscripts(p_ids, 1) AS i
                   JOIN unnest(known_ids, known_currencies) AS a (id, currency)
                       ON a.id = p_account_ids[i] AND lower(a.currency) = lower(p_currencies[i])
-                  WHERE nullif(p_session_ids[i], '') IS NOT NULL ORDER BY i)
+                  WHERE nullif(p_session_ids[i], '') IS NOT NULL AND NOT p_session_ids[i] = ANY(paid_sessions)
+                  ORDER BY i)
         )
     );
     SELECT string_agg(format('(%L, %L, %L, %L::bigint, %L::bigint, %L, ''paid'', %L, %L, now())', p_ids[i], a.id,
@@ -795,6 +809,7 @@ BEGIN
     JOIN unnest(known_ids, known_currencies) AS a (id, currency)
         ON a.id = p_account_ids[i] AND lower(a.currency) = lower(p_currencies[i])
     WHERE nullif(p_session_ids[i], '') IS NOT NULL
+      AND NOT p_session_ids[i] = ANY(paid_sessions)
       AND 'sessions:' || p_session_ids[i] = ANY(claimed);
     IF to_record IS NOT NULL THEN
         -- The session's key alone: a payment that paid another order still fails the statement.
