@@ -182,10 +182,49 @@ func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
 			if !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
 				break
 			}
+			if err := rollbackPrepared(ctx, node, name); err != nil {
+				return fmt.Errorf("drop database %s on %s: %w", name, node, err)
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
 			return fmt.Errorf("drop database %s on %s: %w", name, node, err)
+		}
+	}
+	return nil
+}
+
+// rollbackPrepared rolls back the transactions prepared in the named database on one node, which FORCE
+// does not end: a worker's half of a two-phase commit whose coordinator backend was ended before
+// COMMIT PREPARED (its database dropped first, or a test killing its server mid-commit). Only Citus's
+// maintenance daemon in the coordinator's database would resolve them, and that database is going too.
+// A prepared transaction is ended only from its own database.
+func rollbackPrepared(ctx context.Context, node, name string) error {
+	var gids []string
+	conn, err := pgx.Connect(ctx, node)
+	if err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT gid FROM pg_prepared_xacts WHERE database = $1`, name)
+	if err == nil {
+		gids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	conn.Close(context.WithoutCancel(ctx))
+	if err != nil || len(gids) == 0 {
+		return err
+	}
+	u, err := url.Parse(node)
+	if err != nil {
+		return err
+	}
+	u.Path = "/" + name
+	for _, gid := range gids {
+		// The gid as a literal (ROLLBACK PREPARED takes no parameter). One resolved meanwhile (42704: no
+		// such prepared transaction) is as good as rolled back here.
+		err := execOn(ctx, u.String(), "ROLLBACK PREPARED '"+strings.ReplaceAll(gid, "'", "''")+"'")
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") {
+			return fmt.Errorf("roll back prepared transaction %s: %w", gid, err)
 		}
 	}
 	return nil
