@@ -213,15 +213,14 @@ func rollbackPrepared(ctx context.Context, node, name string) error {
 	if err != nil || len(gids) == 0 {
 		return err
 	}
-	u, err := url.Parse(node)
+	dbURL, err := databaseURL(node, name)
 	if err != nil {
 		return err
 	}
-	u.Path = "/" + name
 	for _, gid := range gids {
 		// The gid as a literal (ROLLBACK PREPARED takes no parameter). One resolved meanwhile (42704: no
 		// such prepared transaction) is as good as rolled back here.
-		err := execOn(ctx, u.String(), "ROLLBACK PREPARED '"+strings.ReplaceAll(gid, "'", "''")+"'")
+		err := execOn(ctx, dbURL, "ROLLBACK PREPARED '"+strings.ReplaceAll(gid, "'", "''")+"'")
 		var pgErr *pgconn.PgError
 		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42704") {
 			return fmt.Errorf("roll back prepared transaction %s: %w", gid, err)

@@ -56,6 +56,11 @@ func Database(ctx context.Context, serverURL, name string) (string, error) {
 			return "", fmt.Errorf("create database %s: %w", name, err)
 		}
 	}
+	return databaseURL(serverURL, name)
+}
+
+// databaseURL is serverURL naming the database name instead.
+func databaseURL(serverURL, name string) (string, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return "", err

@@ -744,6 +744,8 @@ DECLARE
     paid_sessions text[] := '{}';
     known_ids     text[];
     known_currencies text[];
+    candidates    integer[];
+    currencies    text[];
     claimed       text[];
     to_record     text;
 BEGIN
@@ -787,30 +789,23 @@ BEGIN
     INTO known_ids, known_currencies
     FROM accounts a
     WHERE a.id = ANY(p_account_ids);
-    claimed := ARRAY(
-        SELECT claim_keys(
-            ARRAY(SELECT 'sessions:' || p_session_ids[i] FROM generate_subscripts(p_ids, 1) AS i
-                  JOIN unnest(known_ids, known_currencies) AS a (id, currency)
-                      ON a.id = p_account_ids[i] AND lower(a.currency) = lower(p_currencies[i])
-                  WHERE nullif(p_session_ids[i], '') IS NOT NULL AND NOT p_session_ids[i] = ANY(paid_sessions)
-                  ORDER BY i),
-            ARRAY(SELECT p_account_ids[i] FROM generate_subscripts(p_ids, 1) AS i
-                  JOIN unnest(known_ids, known_currencies) AS a (id, currency)
-                      ON a.id = p_account_ids[i] AND lower(a.currency) = lower(p_currencies[i])
-                  WHERE nullif(p_session_ids[i], '') IS NOT NULL AND NOT p_session_ids[i] = ANY(paid_sessions)
-                  ORDER BY i)
-        )
-    );
-    SELECT string_agg(format('(%L, %L, %L, %L::bigint, %L::bigint, %L, ''paid'', %L, %L, now())', p_ids[i], a.id,
-                             p_session_ids[i], p_amounts[i], p_amounts[i], a.currency, nullif(p_payment_intents[i], ''),
-                             p_paid_event_ids[i]), ', ' ORDER BY i)
-    INTO to_record
+    -- The positions of those sessions, with the currency as their account spells it.
+    SELECT coalesce(array_agg(i ORDER BY i), '{}'), coalesce(array_agg(a.currency ORDER BY i), '{}')
+    INTO candidates, currencies
     FROM generate_subscripts(p_ids, 1) AS i
     JOIN unnest(known_ids, known_currencies) AS a (id, currency)
         ON a.id = p_account_ids[i] AND lower(a.currency) = lower(p_currencies[i])
-    WHERE nullif(p_session_ids[i], '') IS NOT NULL
-      AND NOT p_session_ids[i] = ANY(paid_sessions)
-      AND 'sessions:' || p_session_ids[i] = ANY(claimed);
+    WHERE nullif(p_session_ids[i], '') IS NOT NULL AND NOT p_session_ids[i] = ANY(paid_sessions);
+    claimed := ARRAY(
+        SELECT claim_keys(ARRAY(SELECT 'sessions:' || p_session_ids[c] FROM unnest(candidates) AS c),
+                          ARRAY(SELECT p_account_ids[c] FROM unnest(candidates) AS c))
+    );
+    SELECT string_agg(format('(%L, %L, %L, %L::bigint, %L::bigint, %L, ''paid'', %L, %L, now())', p_ids[c.i],
+                             p_account_ids[c.i], p_session_ids[c.i], p_amounts[c.i], p_amounts[c.i], c.currency,
+                             nullif(p_payment_intents[c.i], ''), p_paid_event_ids[c.i]), ', ' ORDER BY c.i)
+    INTO to_record
+    FROM unnest(candidates, currencies) AS c (i, currency)
+    WHERE 'sessions:' || p_session_ids[c.i] = ANY(claimed);
     IF to_record IS NOT NULL THEN
         -- The session's key alone: a payment that paid another order still fails the statement.
         FOR paid IN EXECUTE
