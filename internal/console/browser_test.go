@@ -79,19 +79,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.screenshot("login")
 
 	// A wrong key cannot log in.
-	b.run(
-		chromedp.SendKeys(chromedp.CSS("#key"), "not_the_key"),
-		chromedp.Submit(chromedp.CSS("#key")),
-		chromedp.WaitVisible(chromedp.CSS("#login-error")),
-	)
+	b.run(chromedp.SendKeys(chromedp.CSS("#key"), "not_the_key"))
+	b.follow(chromedp.Submit(chromedp.CSS("#key")), "#login-error")
 	b.run(chromedp.Navigate(s.url+"/console/events"), chromedp.WaitVisible(chromedp.CSS("#key")))
 
 	// The right key does: the overview counts both parked events.
-	b.run(
-		chromedp.SendKeys(chromedp.CSS("#key"), apiKey),
-		chromedp.Submit(chromedp.CSS("#key")),
-		chromedp.WaitVisible(chromedp.CSS("#parked-by-reason")),
-	)
+	b.run(chromedp.SendKeys(chromedp.CSS("#key"), apiKey))
+	b.follow(chromedp.Submit(chromedp.CSS("#key")), "#parked-by-reason")
 	if got := b.text("#parked-total"); got != "2" {
 		t.Fatalf("overview shows %q parked events, want 2", got)
 	}
@@ -103,15 +97,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// The parked list leads to the event.
-	b.run(
-		chromedp.Click(chromedp.CSS(`a[href="/console/events?outcome=parked"]`), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS(`#events a[href="/console/events/evt_console_topup"]`)),
-	)
+	b.follow(chromedp.Click(chromedp.CSS(`a[href="/console/events?outcome=parked"]`)),
+		`#events a[href="/console/events/evt_console_topup"]`)
 	b.screenshot("events")
-	b.run(
-		chromedp.Click(chromedp.CSS(`#events a[href="/console/events/evt_console_topup"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#payload")),
-	)
+	b.follow(chromedp.Click(chromedp.CSS(`#events a[href="/console/events/evt_console_topup"]`)), "#payload")
 	if got := b.text("#reason"); got != "unknown_account" {
 		t.Fatalf("the event is parked as %q, want unknown_account", got)
 	}
@@ -124,7 +113,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.call(http.MethodPost, "/v1/accounts/acct_console/adjustments", `{"amount":-300,"description":"correction"}`, "adj-2")
 	s.wantMoney("acct_console", 700, 2)
 
-	b.run(chromedp.Click(chromedp.CSS("#dry-run-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run-entries")))
+	b.follow(chromedp.Click(chromedp.CSS("#dry-run-button")), "#dry-run-entries")
 	if got := b.text("#dry-run-entries tbody"); !strings.Contains(got, "acct_console\ttopup\t+2,500\t3,200\tstripe:evt_console_topup") {
 		t.Fatalf("the dry run shows\n%s\nwant the top-up of +2,500 under stripe:evt_console_topup, balance after 3,200", got)
 	}
@@ -144,9 +133,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			chromedp.Navigate(s.url+"/console/events/evt_console_topup"),
 			chromedp.WaitVisible(chromedp.CSS("#replay-button")),
 			tamper,
-			chromedp.Click(chromedp.CSS("#replay-button")),
-			chromedp.WaitVisible(chromedp.CSS("#page-error")),
 		)
+		b.follow(chromedp.Click(chromedp.CSS("#replay-button")), "#page-error")
 		if title := b.title(); !strings.HasPrefix(title, "Forbidden") {
 			t.Fatalf("a replay without its CSRF token answered %q, want Forbidden", title)
 		}
@@ -156,17 +144,14 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Replay: the credit is posted once; a second click posts nothing.
 	for range 2 {
-		b.run(
-			chromedp.Navigate(s.url+"/console/events/evt_console_topup"),
-			chromedp.Click(chromedp.CSS("#replay-button"), chromedp.NodeVisible),
-			chromedp.WaitVisible(chromedp.CSS("#done")),
-		)
+		b.run(chromedp.Navigate(s.url + "/console/events/evt_console_topup"))
+		b.follow(chromedp.Click(chromedp.CSS("#replay-button")), "#done")
 		if got := b.text("#outcome"); got != "applied" {
 			t.Fatalf("after the replay the event is %q, want applied", got)
 		}
 		s.wantMoney("acct_console", 3200, 3)
 	}
-	b.run(chromedp.Click(chromedp.CSS("#dry-run-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run-nothing")))
+	b.follow(chromedp.Click(chromedp.CSS("#dry-run-button")), "#dry-run-nothing")
 	s.wantMoney("acct_console", 3200, 3)
 
 	// The account holds two reservations, one expiring within the hour, counted under a daily spend
@@ -180,10 +165,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The account page: balance, held and available; the open lots in draw order; the holds soonest to
 	// expire first; the settings; every entry with the balance after it; the chart.
-	b.run(
-		chromedp.Click(chromedp.CSS(`#entries a[href="/console/accounts/acct_console"]`), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS("#balance-chart")),
-	)
+	b.follow(chromedp.Click(chromedp.CSS(`#entries a[href="/console/accounts/acct_console"]`)), "#balance-chart")
 	for sel, want := range map[string]string{"#balance": "3,200", "#held": "500", "#available": "2,700"} {
 		if got := b.text(sel); got != want {
 			t.Fatalf("the account page shows %s %q, want %s", sel, got, want)
@@ -244,14 +226,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.screenshot("overview")
 
 	// Search finds a payment's entries and parked events.
-	b.run(
-		chromedp.SetValue(chromedp.CSS(`.bar input[name=q]`), "pi_unknown"),
-		chromedp.Submit(chromedp.CSS(`.bar input[name=q]`)),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/console/events/evt_console_refund"]`)),
-	)
+	b.run(chromedp.SetValue(chromedp.CSS(`.bar input[name=q]`), "pi_unknown"))
+	b.follow(chromedp.Submit(chromedp.CSS(`.bar input[name=q]`)), `a[href="/console/events/evt_console_refund"]`)
 
 	// Logging out ends the session in this browser.
-	b.run(chromedp.Click(chromedp.CSS(".logout button")), chromedp.WaitVisible(chromedp.CSS("#key")))
+	b.follow(chromedp.Click(chromedp.CSS(".logout button")), "#key")
 	b.run(chromedp.Navigate(s.url+"/console/"), chromedp.WaitVisible(chromedp.CSS("#key")))
 }
 
@@ -444,6 +423,18 @@ func (b *browser) run(steps ...chromedp.Action[chromedp.Void]) {
 		url, _ := chromedp.Run(b.ctx, chromedp.Location())
 		b.t.Fatalf("browser at %s: %v", url, err)
 	}
+}
+
+// follow runs a step that leaves the page (a link's click, a form's submit), waits until the page it
+// leads to has loaded, then until sel shows on it. A step run before the load ends can query nodes of
+// a document the browser is replacing ("No node with given id found").
+func (b *browser) follow(step chromedp.Action[chromedp.Void], sel string) {
+	b.t.Helper()
+	if _, err := chromedp.RunResponse(b.ctx, step); err != nil {
+		url, _ := chromedp.Run(b.ctx, chromedp.Location())
+		b.t.Fatalf("browser at %s: %v", url, err)
+	}
+	b.run(chromedp.WaitVisible(chromedp.CSS(sel)))
 }
 
 // get runs one action that answers a value.
